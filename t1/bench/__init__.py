@@ -1,0 +1,34 @@
+"""`t1 bench NAME`: benchmarks, each measured side by side in one run and printed as JSON.
+
+    t1 bench sandbox [--json FILE]     (t1/bench/sandbox.py)
+    t1 bench rollout                   (t1/bench/rollout.py)
+    t1 bench train                     (t1/bench/train.py)
+    t1 bench ckpt                      (t1/bench/ckpt.py)
+
+Each benchmark module defines `add_arguments(parser)` and `main(args) -> int`. Figures go into
+LOG.md with the date and the command; tests never assert timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+BENCHMARKS = ("sandbox", "rollout", "train", "ckpt")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="bench", required=True)
+    for name in BENCHMARKS:
+        p = sub.add_parser(name)
+        p.set_defaults(_bench_module=f"t1.bench.{name}")
+        try:
+            importlib.import_module(f"t1.bench.{name}").add_arguments(p)
+        except ModuleNotFoundError as e:
+            if e.name != f"t1.bench.{name}":
+                raise
+
+
+def main(args: argparse.Namespace) -> int:
+    module = importlib.import_module(args._bench_module)
+    return int(module.main(args) or 0)

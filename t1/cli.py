@@ -1,0 +1,65 @@
+"""The `t1` command: one subcommand per workflow rule, each in the module named here.
+
+    t1 --help                 list subcommands
+    t1 <subcommand> --help    that subcommand's options
+
+Every subcommand module defines `add_arguments(parser)` and `main(args) -> int` (the exit
+code). Modules are imported lazily so that `t1 tasks check` does not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help). Keep sorted by pipeline stage.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "tasks": ("t1.tasks.cli", "check task directories (v1 task.yaml / v2 task.toml layouts)"),
+    "sandbox": ("t1.sandbox.cli", "run one command in a fresh sandbox"),
+    "provision": ("t1.sandbox.provision", "build the offline tool cache (wheels, uv, debs) for sandboxes"),
+    "oracle": ("t1.oracle", "run reference solutions (or nothing) and the verifiers"),
+    "tokenizer": ("t1.tokenizer", "train a byte-level BPE with ChatML specials"),
+    "init-policy": ("t1.policy", "build the tiny MoE policy from the config and save it"),
+    "serve": ("t1.engine.serve", "serve the local engine behind SGLang's /generate schema"),
+    "rollout": ("t1.rollout", "sample trajectories in sandboxes and score them"),
+    "tito-audit": ("t1.tito_audit", "audit TITO streams of a rollout directory"),
+    "train": ("t1.train.cli", "train: --stage sft | critic_warmup | ppo"),
+    "plan-memory": ("t1.memory", "per-GPU memory plan for actor and critic"),
+    "segment": ("t1.segment", "run one PPO segment (K steps) from the newest checkpoint"),
+    "supervise": ("t1.supervise", "start and watch a segment's children; checkpoint on signal"),
+    "synth": ("t1.synth.cli", "recursive verified task synthesis"),
+    "audit": ("t1.audit", "score tasks with the audit weights; select"),
+    "pool": ("t1.pool", "materialize a ranked task pool with a manifest"),
+    "evaluate": ("t1.evaluate", "evaluate a policy checkpoint on a task set"),
+    "report": ("t1.report", "tables and plots from a run's JSON-lines events"),
+    "bench": ("t1.bench", "benchmarks: sandbox | rollout | train | ckpt"),
+}
+
+
+def _usage() -> str:
+    width = max(len(n) for n in COMMANDS)
+    lines = ["usage: t1 <subcommand> [options]", "", "subcommands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"t1: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module_name, text = COMMANDS[name]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"t1 {name}", description=text)
+    module.add_arguments(parser)
+    args = parser.parse_args(rest)
+    return int(module.main(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

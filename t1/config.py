@@ -1,0 +1,297 @@
+"""One config schema for every campaign: frozen dataclasses loaded from YAML.
+
+    cfg = load_config("workflow/config/tiny.yaml")
+    cfg.ppo.clip_eps        # 0.2
+
+Unknown keys are errors (naming the file and the dotted key), so a typo never silently falls
+back to a default. `workflow/schemas/config.schema.json` is generated from these dataclasses
+(`python -m t1.config --schema`) and a test keeps the two in step.
+
+Each section belongs to the module named in its docstring; add fields there, with a default
+that suits the tiny CPU campaign, and regenerate the schema.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config file is malformed; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Identity of a run (t1.campaign)."""
+
+    name: str = "tiny"
+    seed: int = 0
+    results_dir: str = "results"
+    # Deterministic mode: seeded sampling, over-sampling admits in launch order, fixed threads.
+    deterministic: bool = False
+    threads: int = 2
+
+
+@dataclass(frozen=True)
+class TasksConfig:
+    """Where tasks come from (t1.tasks)."""
+
+    train_dirs: list[str] = field(default_factory=lambda: ["examples/tasks"])
+    eval_dirs: list[str] = field(default_factory=lambda: ["examples/tasks"])
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Sandbox backend and limits (t1.sandbox)."""
+
+    backend: str = "bwrap"  # bwrap | apptainer
+    memory_mb: int = 4096
+    max_processes: int = 512
+    max_file_mb: int = 2048
+    output_cap_bytes: int = 16384
+    apptainer_cache: str = "~/.cache/t1/apptainer"
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    """Tokenizer (t1.tokenizer): a trained byte-level BPE, or the real Qwen3.5 vocabulary."""
+
+    kind: str = "bpe"  # bpe | qwen3.5
+    vocab_size: int = 4096
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Policy and critic architecture (t1.policy)."""
+
+    arch: str = "qwen3_moe"  # qwen3_moe | qwen3_5_moe
+    layers: int = 4
+    hidden: int = 128
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 32
+    intermediate: int = 256
+    expert_intermediate: int = 128
+    experts: int = 8
+    top_k: int = 2
+    max_position: int = 8192
+    train_dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Inference engine (t1.engine)."""
+
+    backend: str = "local"  # local | sglang
+    url: str = ""  # sglang / t1 serve base URL
+    dtype: str = "bfloat16"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """The multi-turn bash agent (t1.agent)."""
+
+    max_turns: int = 16
+    context_tokens: int = 4096
+    wall_s: float = 600.0
+    command_timeout_s: float = 60.0
+    observation_cap_tokens: int = 512
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Batch sampling with over-sampling (t1.rollout)."""
+
+    launch: int = 10  # trajectories launched per step (paper: 560)
+    admit: int = 8  # first completed admitted (paper: 512)
+    carry_dropped: bool = True
+    workers: int = 2
+
+
+@dataclass(frozen=True)
+class TitoConfig:
+    """Turn-boundary repair bounds (t1.tito)."""
+
+    normalized_back: int = 96
+    normalized_ahead: int = 16
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Executed reward (t1.reward)."""
+
+    kind: str = "dense"  # dense | binary
+    scale: float = 10.0  # ONE scale for the whole run, recorded in the run manifest
+    subtract_noop: bool = False
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO (t1.ppo); tiny-campaign defaults, the 122B preset sets the paper's values."""
+
+    actor_lr: float = 1e-4
+    critic_lr: float = 1.5e-3
+    clip_eps: float = 0.2
+    value_clip_eps: float = 0.2
+    gamma: float = 1.0
+    lam: float = 1.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    weight_decay: float = 0.1
+    epochs: int = 1
+    minibatch: int = 4
+    replay: bool = True
+    load_balancing_coef: float = 0.0
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """Supervised warm start on executed reference solutions (t1.train.sft)."""
+
+    epochs: int = 3
+    lr: float = 1e-3
+    batch: int = 4
+
+
+@dataclass(frozen=True)
+class CriticWarmupConfig:
+    """Critic warm-up over a binary-reward pool (t1.train.critic_warmup)."""
+
+    enabled: bool = True  # False = cold start, kept for comparison
+    epochs: int = 1
+    recalibration_rollouts: int = 2
+
+
+@dataclass(frozen=True)
+class CampaignConfig:
+    """Segments and checkpoints (t1.segment, t1.ckpt)."""
+
+    segments: int = 2
+    steps_per_segment: int = 2
+    keep_checkpoints: int = 3
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """Recursive verified task synthesis (t1.synth)."""
+
+    rounds: int = 3
+    per_round: int = 20
+    workers: int = 2
+
+
+@dataclass(frozen=True)
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    tasks: TasksConfig = field(default_factory=TasksConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    tito: TitoConfig = field(default_factory=TitoConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    critic_warmup: CriticWarmupConfig = field(default_factory=CriticWarmupConfig)
+    campaign: CampaignConfig = field(default_factory=CampaignConfig)
+    synth: SynthConfig = field(default_factory=SynthConfig)
+
+
+def _build(cls: type, data: Any, where: str, source: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: {where or 'top level'} must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        key = f"{where}.{unknown[0]}" if where else unknown[0]
+        raise ConfigError(f"{source}: unknown key {key!r} (known: {', '.join(sorted(names))})")
+    kwargs = {}
+    for name, value in data.items():
+        key = f"{where}.{name}" if where else name
+        kwargs[name] = _coerce(hints[name], value, key, source)
+    return cls(**kwargs)
+
+
+def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, key, source)
+    origin = typing.get_origin(tp)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{source}: {key} must be a list")
+        (item,) = typing.get_args(tp)
+        return [_coerce(item, v, f"{key}[{i}]", source) for i, v in enumerate(value)]
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, float, str, bool):
+        if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+            raise ConfigError(f"{source}: {key} must be {tp.__name__}, got {value!r}")
+        return value
+    raise ConfigError(f"{source}: {key}: unsupported type {tp}")
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
+    """Load and validate a campaign config; `overrides` maps dotted keys to values."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: invalid YAML: {e}") from None
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return _build(Config, data, "", str(path))
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def json_schema(cls: type = Config) -> dict[str, Any]:
+    """JSON schema of a config dataclass (the workflow validates configs against it)."""
+    hints = typing.get_type_hints(cls)
+    props = {f.name: _schema_of(hints[f.name]) for f in dataclasses.fields(cls)}
+    doc = (cls.__doc__ or "").strip().splitlines()
+    out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+    if doc and cls is not Config:
+        out["description"] = doc[0]
+    if cls is Config:
+        out = {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "t1 campaign config", **out}
+    return out
+
+
+def _schema_of(tp: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(tp):
+        return json_schema(tp)
+    if typing.get_origin(tp) is list:
+        return {"type": "array", "items": _schema_of(typing.get_args(tp)[0])}
+    if isinstance(tp, types.UnionType):
+        raise TypeError("unions are not used in the config")
+    return {bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"}, str: {"type": "string"}}[tp]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--schema"]:
+        print(json.dumps(json_schema(), indent=2))
+    else:
+        print("usage: python -m t1.config --schema", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,25 @@
+"""Test tiers: unit tests run by default; `integration`, `slurm`, `e2e` marks select the rest.
+
+The README's test command runs every tier (CI brings up bubblewrap and the local Slurm);
+`pytest -m "not integration and not slurm and not e2e"` is the fast unit tier.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def repo_root():
+    return REPO
+
+
+def have_bwrap() -> bool:
+    return shutil.which("bwrap") is not None
+
+
+requires_bwrap = pytest.mark.skipif(not have_bwrap(), reason="bubblewrap (bwrap) is not installed")
