@@ -1,0 +1,169 @@
+"""Over-sampling with tail truncation: launch N trajectories, admit the first K, cancel the rest.
+
+The paper launches 560 and admits the first 512 that complete: step time is bounded by the
+K-th fastest trajectory instead of the slowest. That biases each batch against long trials,
+so the dropped tasks are recorded (task ids, turns so far) and, by default, carried to the
+front of the next batch (`BatchPlanner`).
+
+Deterministic mode admits in LAUNCH order (the K lowest launch indices) instead of
+completion order, so a run is reproducible whatever the thread timing.
+
+    result = oversample(tasks, run_one, admit=8, workers=2)
+    result.admitted  # [(launch_index, value)] in admission order
+    result.dropped   # [Dropped(index, item, progress)]
+
+`run_one(item, cancel: threading.Event) -> value` must poll `cancel` between turns (the agent
+loop does, and aborts generation in the engine) and return promptly once it is set.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Dropped(Generic[T]):
+    index: int
+    item: T
+    progress: Any  # what the cancelled run returned (e.g. its partial trajectory), or None
+    reason: str  # "truncated-tail" | "failed: ..."
+
+
+@dataclass
+class OversampleResult(Generic[T, R]):
+    admitted: list[tuple[int, R]] = field(default_factory=list)
+    dropped: list[Dropped[T]] = field(default_factory=list)
+    launched: int = 0
+
+    @property
+    def dropped_items(self) -> list[T]:
+        return [d.item for d in self.dropped]
+
+
+def oversample(
+    items: Sequence[T],
+    run_one: Callable[[T, threading.Event], R],
+    admit: int,
+    workers: int = 2,
+    deterministic: bool = False,
+    on_done: Callable[[int, R | None], None] | None = None,
+) -> OversampleResult[T, R]:
+    """Run `run_one` over `items` with `workers` threads; admit the first `admit` to finish.
+
+    A run that raises is dropped with reason "failed: ..." (it never counts as admitted).
+    Completion order decides admission unless `deterministic`, where launch order does.
+    """
+    if admit <= 0 or admit > len(items):
+        raise ValueError(f"admit must be in 1..{len(items)}, got {admit}")
+    cancels = [threading.Event() for _ in items]
+    result: OversampleResult[T, R] = OversampleResult(launched=len(items))
+    finished: dict[int, R] = {}
+    failed: dict[int, str] = {}
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="rollout") as pool:
+        futures: dict[Future, int] = {
+            pool.submit(_guarded, run_one, item, cancels[i]): i for i, item in enumerate(items)
+        }
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: futures[f]):
+                i = futures[fut]
+                ok, value = fut.result()
+                (finished if ok else failed)[i] = value
+                if on_done:
+                    on_done(i, value if ok else None)
+            # Once K are admitted, the rest are the tail: cancel them (they return promptly).
+            if _admit(finished, failed, len(items), admit, deterministic, result):
+                for j, ev in enumerate(cancels):
+                    if j not in _admission_set(result):
+                        ev.set()
+    admitted_ids = _admission_set(result)
+    for i, item in enumerate(items):
+        if i in admitted_ids:
+            continue
+        if i in failed:
+            result.dropped.append(Dropped(i, item, None, f"failed: {failed[i]}"))
+        else:
+            result.dropped.append(Dropped(i, item, finished.get(i), "truncated-tail"))
+    return result
+
+
+def _guarded(fn: Callable[[T, threading.Event], R], item: T, cancel: threading.Event) -> tuple[bool, Any]:
+    try:
+        return True, fn(item, cancel)
+    except Exception as e:  # a failed trajectory is dropped with its reason, never fatal
+        return False, f"{type(e).__name__}: {e}"
+
+
+def _admission_set(result: OversampleResult) -> set[int]:
+    return {i for i, _ in result.admitted}
+
+
+def _admit(finished: dict, failed: dict, n: int, admit: int, deterministic: bool, result: OversampleResult) -> bool:
+    """Move newly admissible runs into `result.admitted`; True once `admit` are admitted."""
+    taken = _admission_set(result)
+    if deterministic:
+        # Launch order: walk indices upward; a failure is skipped, an unfinished run blocks.
+        for i in range(n):
+            if len(result.admitted) >= admit:
+                break
+            if i in taken or i in failed:
+                continue
+            if i not in finished:
+                break
+            result.admitted.append((i, finished[i]))
+    else:
+        for i in finished:  # dict order = completion order
+            if len(result.admitted) >= admit:
+                break
+            if i not in taken:
+                result.admitted.append((i, finished[i]))
+    return len(result.admitted) >= admit
+
+
+@dataclass
+class BatchPlanner:
+    """Plans each step's launch list: carried-over (dropped) tasks first, then fresh ones.
+
+    `order(epoch)` returns the epoch's task permutation (reproducible from the run seed; pools
+    are materialized in rank order, so shuffling is mandatory). The state round-trips through
+    `state_dict()` so a resumed campaign plans exactly the batches it would have.
+    """
+
+    order: Callable[[int], Sequence[Any]]
+    launch: int
+    carry_dropped: bool = True
+    epoch: int = 0
+    cursor: int = 0
+    carry: list[Any] = field(default_factory=list)
+
+    def next_batch(self) -> list[Any]:
+        batch = list(self.carry[: self.launch])
+        self.carry = self.carry[len(batch) :]
+        while len(batch) < self.launch:
+            perm = self.order(self.epoch)
+            if not perm:
+                raise ValueError("the task pool is empty")
+            if self.cursor >= len(perm):
+                self.epoch, self.cursor = self.epoch + 1, 0
+                continue
+            batch.append(perm[self.cursor])
+            self.cursor += 1
+        return batch
+
+    def record_dropped(self, items: Sequence[Any]) -> None:
+        if self.carry_dropped:
+            self.carry = list(items) + self.carry
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "cursor": self.cursor, "carry": list(self.carry)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.cursor, self.carry = state["epoch"], state["cursor"], list(state["carry"])

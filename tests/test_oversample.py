@@ -1,0 +1,73 @@
+"""Over-sampling: admission order, cancellation of the tail, carry-over of dropped tasks."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from t1.oversample import BatchPlanner, oversample
+
+
+def _runner(durations, log):
+    def run(item, cancel: threading.Event):
+        # A "trajectory" of 20 short turns that polls its cancel flag between turns.
+        turns = 0
+        for _ in range(20):
+            if cancel.is_set():
+                log.append(("cancelled", item))
+                return {"item": item, "turns": turns, "cancelled": True}
+            time.sleep(durations[item] / 20)
+            turns += 1
+        return {"item": item, "turns": turns, "cancelled": False}
+
+    return run
+
+
+def test_admits_first_k_by_completion_and_cancels_tail():
+    durations = {"a": 0.4, "b": 0.02, "c": 0.04, "d": 0.6}
+    log: list = []
+    res = oversample(list(durations), _runner(durations, log), admit=2, workers=4)
+    assert [v["item"] for _, v in res.admitted] == ["b", "c"]
+    assert sorted(d.item for d in res.dropped) == ["a", "d"]
+    # The tail was cancelled mid-trajectory, not run to the end.
+    assert all(d.progress["cancelled"] and d.progress["turns"] < 20 for d in res.dropped)
+    assert {x for _, x in log} == {"a", "d"}
+
+
+def test_deterministic_admits_in_launch_order():
+    durations = {"a": 0.3, "b": 0.02, "c": 0.02, "d": 0.02}
+    res = oversample(list(durations), _runner(durations, []), admit=2, workers=4, deterministic=True)
+    assert [i for i, _ in res.admitted] == [0, 1]
+    assert [d.item for d in res.dropped] == ["c", "d"]
+
+
+def test_failed_run_is_dropped_with_reason_not_admitted():
+    def run(item, cancel):
+        if item == "bad":
+            raise RuntimeError("sandbox died")
+        return item
+
+    res = oversample(["bad", "x", "y"], run, admit=2, workers=1)
+    assert sorted(v for _, v in res.admitted) == ["x", "y"]
+    assert res.dropped[0].reason == "failed: RuntimeError: sandbox died"
+
+
+def test_admit_bounds_checked():
+    with pytest.raises(ValueError):
+        oversample([1, 2], lambda i, c: i, admit=3)
+
+
+def test_batch_planner_carries_dropped_to_front_and_round_trips():
+    order = lambda epoch: [f"t{epoch}-{i}" for i in range(5)]  # noqa: E731
+    p = BatchPlanner(order=order, launch=3)
+    assert p.next_batch() == ["t0-0", "t0-1", "t0-2"]
+    p.record_dropped(["t0-1"])
+    state = p.state_dict()
+    b2 = p.next_batch()
+    assert b2 == ["t0-1", "t0-3", "t0-4"]
+    assert p.next_batch() == ["t1-0", "t1-1", "t1-2"]  # epoch rolls over
+    q = BatchPlanner(order=order, launch=3)
+    q.load_state_dict(state)
+    assert q.next_batch() == b2
