@@ -1,0 +1,7 @@
+"""PPO math as pure tensor functions: advantages (GAE), clipped losses, step metrics.
+
+    from t1.ppo import advantages, losses, metrics
+
+Nothing here touches a model, a file or an optimizer; `t1/train/step.py` wires these into the
+critic-first PPO step. Tests: `.venv/bin/pytest tests/ppo -q`.
+"""

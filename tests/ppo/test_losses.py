@@ -1,0 +1,54 @@
+"""Clipped surrogate and clipped value loss against hand-computed values."""
+
+import math
+
+import pytest
+import torch
+
+from t1.ppo.losses import masked_mean, policy_loss, value_loss
+
+
+def test_masked_mean_is_token_level_over_the_batch():
+    x = torch.tensor([[1.0, 2.0, 100.0], [3.0, 100.0, 100.0]])
+    m = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert masked_mean(x, m).item() == pytest.approx(2.0)  # (1+2+3)/3, not mean of row means
+    assert masked_mean(x, torch.zeros_like(m)).item() == 0.0
+
+
+def test_policy_loss_clips_symmetrically():
+    # Four loss tokens, ratios 1.5 (A>0: clipped to 1.2), 0.5 (A>0: unclipped min 0.5),
+    # 1.5 (A<0: unclipped -1.5 is the min), 0.5 (A<0: clipped to 0.8 -> -0.8); one masked token.
+    ratio = torch.tensor([[1.5, 0.5, 1.5, 0.5, 3.0]])
+    old = torch.zeros(1, 5)
+    logp = torch.log(ratio).requires_grad_(True)
+    adv = torch.tensor([[1.0, 1.0, -1.0, -1.0, 10.0]])
+    mask = torch.tensor([[1, 1, 1, 1, 0]])
+    loss = policy_loss(logp, old, adv, mask, clip_eps=0.2)
+    expected = -(1.2 * 1 + 0.5 * 1 + 1.5 * -1 + 0.8 * -1) / 4
+    assert loss.item() == pytest.approx(expected)
+    loss.backward()
+    # Gradient flows only where the unclipped term was taken: d(-rho*A)/dlogp = -rho*A / 4.
+    assert torch.allclose(logp.grad, torch.tensor([[0.0, -0.5 / 4, 1.5 / 4, 0.0, 0.0]]))
+
+
+def test_policy_loss_at_ratio_one_is_minus_mean_advantage():
+    logp = torch.tensor([[-1.0, -2.0, -3.0]])
+    adv = torch.tensor([[0.3, -0.9, 0.9]])
+    loss = policy_loss(logp, logp.clone(), adv, torch.ones(1, 3), 0.2)
+    assert loss.item() == pytest.approx(-0.1)
+
+
+def test_value_loss_clipping():
+    old = torch.tensor([[0.0, 0.0, 0.0]])
+    new = torch.tensor([[0.5, 0.1, -0.5]], requires_grad=True)
+    ret = torch.tensor([[1.0, 1.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1]])
+    loss = value_loss(new, old, ret, mask, clip_eps=0.2)
+    # t0: unclipped (0.5-1)^2=0.25, clipped (0.2-1)^2=0.64 -> 0.64 (pessimistic max)
+    # t1: inside the clip: (0.1-1)^2 = 0.81 both
+    # t2: unclipped 0.25, clipped (-0.2)^2 = 0.04 -> 0.25
+    assert loss.item() == pytest.approx(0.5 * (0.64 + 0.81 + 0.25) / 3)
+    loss.backward()
+    # t0 takes the clipped branch (no gradient through new), t1 and t2 the unclipped one.
+    assert torch.allclose(new.grad, torch.tensor([[0.0, (0.1 - 1.0) / 3, -0.5 / 3]]))
+    assert not math.isnan(loss.item())
