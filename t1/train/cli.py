@@ -1,0 +1,69 @@
+"""`t1 train`: one training stage from a starting point to an output directory.
+
+    t1 train --config FILE --stage sft           --in TRAJ_DIR   --from POLICY_DIR --out DIR
+    t1 train --config FILE --stage critic_warmup --in POOL_DIR   --from SFT_DIR    --out DIR
+    t1 train --config FILE --stage ppo           --in ROLLOUT_DIR --from CKPT_DIR  --out DIR
+                                                 [--critic WARMUP_DIR]
+
+--in     a directory of trajectory records (t1/trajectory.py), searched recursively; may be
+         given more than once. sft: expert trajectories (executed reference solutions);
+         critic_warmup: a binary-reward pool; ppo: the admitted rollouts of this step.
+--from   where the weights come from:
+           sft            a policy directory (`t1 init-policy --out`, or any DIR/actor)
+           critic_warmup  an SFT output DIR (its actor is the frozen policy and the critic's
+                          backbone initialisation)
+           ppo            an SFT output DIR (first step) or the previous PPO step's DIR
+--critic (ppo, first step only) a critic_warmup output DIR: load only its critic weights; the
+         next `critic_warmup.recalibration_rollouts` (default 2) ppo invocations then update
+         the critic only, then policy steps begin. Without --critic, or with
+         `critic_warmup.enabled: false`, the critic starts cold (policy backbone + fresh head).
+--out    the output directory:
+           DIR/trainer.pt     full trainer state (actor, critic, both optimizers, RNG states,
+                              counters); written to a temp file and renamed
+           DIR/actor/         policy weights for the engine (t1.policy format)
+           DIR/critic/        critic weights
+           DIR/metrics.jsonl  one JSON event per optimizer step / stage end (+ tensorboard/)
+           DIR/DONE.json      {"schema_version", "status": "complete", "stage", ...}, last
+--tokenizer FILE  tokenizer.json, only for stages whose trajectories need template glue
+--max-steps N     stop after N optimizer steps (smoke runs); the stage is then not DONE
+
+Resumable: a DIR with DONE.json is left alone (exit 0); a DIR with trainer.pt but no DONE.json
+continues from that state (sft saves every `sft.save_every` steps); otherwise the stage starts
+from --from. Exit codes: 0 done, 2 bad arguments/config, 3 input records missing or malformed.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+STAGES = ("sft", "critic_warmup", "ppo")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="campaign YAML (t1/config.py)")
+    parser.add_argument("--stage", required=True, choices=STAGES)
+    parser.add_argument(
+        "--in",
+        dest="inputs",
+        action="append",
+        required=True,
+        help="trajectory directory (repeatable)",
+    )
+    parser.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        help="policy / SFT / checkpoint directory to start from",
+    )
+    parser.add_argument("--out", required=True, help="output directory (resumable)")
+    parser.add_argument("--critic", default=None, help="ppo: critic_warmup output directory")
+    parser.add_argument(
+        "--tokenizer", default=None, help="tokenizer.json (if template glue is needed)"
+    )
+    parser.add_argument("--max-steps", type=int, default=None, help="stop after N optimizer steps")
+
+
+def main(args: argparse.Namespace) -> int:
+    from t1.train.stages import run_stage
+
+    return run_stage(args)
