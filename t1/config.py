@@ -84,6 +84,7 @@ class ModelConfig:
     experts: int = 8
     top_k: int = 2
     max_position: int = 8192
+    rope_theta: float = 10000.0
     train_dtype: str = "float32"
 
 
@@ -97,6 +98,11 @@ class EngineConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 256
+    prefix_cache: bool = True  # local: reuse KV + routing across the turns of a session
+    max_sessions: int = 64  # local: cached sessions kept (least recently used dropped)
+    max_batch: int = 8  # local / t1 serve: requests decoded together
+    timeout_s: float = 600.0  # sglang client: per-request HTTP timeout
+    send_session_id: bool = True  # sglang client: send `session_id` (t1 serve keys its cache by it)
 
 
 @dataclass(frozen=True)

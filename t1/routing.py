@@ -1,0 +1,283 @@
+"""R³ routing records: capture every MoE layer's top-k expert ids, store them compactly, replay them.
+
+    pytest tests/test_routing.py
+
+Record format (DESIGN §2, R³ row; §3, records on disk)
+------------------------------------------------------
+* A routing record is an array `[tokens, layers, k]` of expert ids, one row per position the
+  model processed, in position order. Stored compact: `uint8` while experts <= 256, else
+  `uint16` (`record_dtype`). At (48 layers, k = 8) that is 384 bytes per token; SGLang's wire
+  format (int32) is 1536.
+* A compact record cannot hold -1 (255 is a real expert id at 256 experts), so positions whose
+  routing the engine did not produce are kept OUT of the compact array: a record that has
+  gaps travels as `(ids, valid)` with `valid` a bool array `[tokens]`, and rows of `ids` where
+  `valid` is False are meaningless (zeros).
+* The trainer's view is `to_replay(ids, valid) -> torch.int16 [tokens, layers, k]` with -1 in
+  every slot of an invalid position ("placeholder: use live routing"). `replay` accepts any
+  integer tensor with that meaning (int16 or int64).
+* SGLang returns `meta_info["routed_experts"]` as base64 of raw little-endian int32, shape
+  `[seq_len - 1 - routed_experts_start_len, layers, top_k]`: `decode_sglang` turns it into a
+  compact record, `encode_sglang` is the inverse (used by `t1 serve`).
+
+Capture and replay
+------------------
+Each MoE layer's `mlp.gate` (`Qwen3MoeTopKRouter`, `Qwen3_5MoeTopKRouter`) returns
+`(router_logits, weights, indices)` for the flattened tokens `[N, hidden]` of one forward.
+
+    with RoutingCapture(model) as cap:          # forward hooks on every gate
+        model(input_ids)                         # any number of forwards (prefill, decode steps)
+    rows = cap.collect()                         # LongTensor [sum of N over forwards, layers, k]
+
+    with replay(model, routing):                 # routing: int [B, T, layers, k], -1 = live
+        logits = model(input_ids).logits         # input_ids: [B, T]
+
+Under replay each gate returns `indices` = the replayed ids (the live top-k where a position is
+a placeholder) and `weights` = softmax(live router logits) gathered at those ids and
+renormalized when the model renormalizes (`norm_topk_prob`; Qwen3.5 always does), so gradients
+still reach the gate weights. A position is a placeholder when any of its k slots is < 0. The
+load-balancing loss stays off (`router_aux_loss_coef = 0`, `output_router_logits = False`).
+Capture hooks run after replay hooks, so capturing inside `replay` records the replayed ids.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+SCHEMA_VERSION = 1
+
+
+# ---------------------------------------------------------------- record format
+
+
+def record_dtype(num_experts: int) -> np.dtype:
+    """uint8 while `num_experts` <= 256, else uint16 (up to 65536 experts)."""
+    if num_experts <= 0:
+        raise ValueError(f"num_experts must be positive, got {num_experts}")
+    if num_experts <= 256:
+        return np.dtype(np.uint8)
+    if num_experts <= 65536:
+        return np.dtype(np.uint16)
+    raise ValueError(f"{num_experts} experts do not fit a uint16 routing record")
+
+
+def bytes_per_token(layers: int, k: int, num_experts: int) -> int:
+    """Bytes one position takes in a compact record: layers * k * itemsize."""
+    return layers * k * record_dtype(num_experts).itemsize
+
+
+def compact(ids: np.ndarray | torch.Tensor, num_experts: int) -> np.ndarray:
+    """Expert ids `[tokens, layers, k]` (any int dtype, no -1) -> compact numpy record."""
+    if isinstance(ids, torch.Tensor):
+        ids = ids.detach().cpu().numpy()
+    ids = np.asarray(ids)
+    if ids.ndim != 3:
+        raise ValueError(f"routing must be [tokens, layers, k], got shape {ids.shape}")
+    if ids.size and (ids.min() < 0 or ids.max() >= num_experts):
+        raise ValueError(f"expert ids outside [0, {num_experts}): min {ids.min()}, max {ids.max()}")
+    return ids.astype(record_dtype(num_experts), copy=False)
+
+
+def to_replay(ids: np.ndarray, valid: np.ndarray | None = None) -> torch.Tensor:
+    """Compact record `[T, L, k]` (+ optional bool `valid [T]`) -> int16 `[T, L, k]`, -1 = live."""
+    out = torch.from_numpy(np.ascontiguousarray(ids).astype(np.int16))
+    if valid is not None:
+        valid = np.asarray(valid, dtype=bool)
+        if valid.shape != (ids.shape[0],):
+            raise ValueError(f"valid must be [{ids.shape[0]}], got {valid.shape}")
+        out[torch.from_numpy(~valid)] = -1
+    return out
+
+
+def from_replay(routing: torch.Tensor, num_experts: int) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of `to_replay`: int `[T, L, k]` with -1 rows -> (compact ids, bool valid [T])."""
+    r = routing.detach().cpu()
+    valid = (r >= 0).flatten(1).all(dim=1).numpy()
+    ids = r.clamp(min=0).numpy()
+    return compact(ids, num_experts), valid
+
+
+def decode_sglang(payload: str, layers: int, k: int, num_experts: int) -> np.ndarray:
+    """SGLang `meta_info["routed_experts"]` (base64 of int32) -> compact `[tokens, layers, k]`.
+
+    Raises ValueError if the byte length is not a whole number of `[layers, k]` int32 rows or
+    if an id is outside `[0, num_experts)` (SGLang writes -1 for non-MoE layers; our models
+    have none, so a -1 means the server's model does not match the config).
+    """
+    raw = base64.b64decode(payload)
+    row = layers * k * 4
+    if len(raw) % row:
+        raise ValueError(
+            f"routed_experts: {len(raw)} bytes is not a multiple of layers*k*4 = {row}"
+        )
+    ids = np.frombuffer(raw, dtype="<i4").reshape(-1, layers, k)
+    return compact(ids, num_experts)
+
+
+def encode_sglang(ids: np.ndarray | torch.Tensor) -> str:
+    """Compact or int `[tokens, layers, k]` -> base64 of little-endian int32 (SGLang's wire form)."""
+    if isinstance(ids, torch.Tensor):
+        ids = ids.detach().cpu().numpy()
+    return base64.b64encode(np.ascontiguousarray(ids, dtype="<i4").tobytes()).decode("ascii")
+
+
+def save(path: str | Path, ids: np.ndarray, valid: np.ndarray | None = None) -> None:
+    """Write a record as `.npz` (ids, valid, schema_version) via temp file + rename."""
+    path = Path(path)
+    valid = np.ones(ids.shape[0], bool) if valid is None else np.asarray(valid, bool)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, ids=ids, valid=valid, schema_version=np.int32(SCHEMA_VERSION))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Read a record written by `save` -> (ids [T, L, k], valid [T])."""
+    with np.load(path) as z:
+        version = int(z["schema_version"])
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"{path}: routing schema_version {version}, expected {SCHEMA_VERSION}")
+        ids, valid = z["ids"], z["valid"]
+    if ids.ndim != 3 or valid.shape != (ids.shape[0],):
+        raise ValueError(f"{path}: malformed routing record: ids {ids.shape}, valid {valid.shape}")
+    return ids, valid
+
+
+# ---------------------------------------------------------------- the model's gates
+
+
+def moe_gates(model: nn.Module) -> list[nn.Module]:
+    """The router of every MoE layer, in layer order (Qwen3 / Qwen3.5 MoE layout)."""
+    gates = []
+    for name, module in model.named_modules():
+        if (
+            name.endswith("mlp.gate")
+            and hasattr(module, "top_k")
+            and hasattr(module, "num_experts")
+        ):
+            gates.append(module)
+    if not gates:
+        raise ValueError(f"{type(model).__name__} has no MoE gates (modules named '*.mlp.gate')")
+    return gates
+
+
+def routing_shape(model: nn.Module) -> tuple[int, int, int]:
+    """(layers, k, num_experts) of the model's routing records."""
+    gates = moe_gates(model)
+    return len(gates), int(gates[0].top_k), int(gates[0].num_experts)
+
+
+class RoutingCapture:
+    """Forward hooks on every gate that keep the top-k ids of each forward, on device.
+
+    Each forward appends one `[N, k]` tensor per layer (N = flattened tokens of that forward,
+    batch-major). `collect()` concatenates them once and returns `[sum N, layers, k]` in
+    forward order, then starts afresh. No device sync and no copy happen per forward.
+    """
+
+    def __init__(self, model: nn.Module, enabled: bool = True) -> None:
+        self.gates = moe_gates(model) if enabled else []
+        self.enabled = enabled
+        self._rows: list[list[torch.Tensor]] = [[] for _ in self.gates]
+        self._handles: list = []
+
+    def __enter__(self) -> RoutingCapture:
+        for layer, gate in enumerate(self.gates):
+            self._handles.append(gate.register_forward_hook(self._hook(layer)))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def _hook(self, layer: int):
+        rows = self._rows[layer]
+
+        def hook(module, inputs, output):
+            rows.append(output[2])
+
+        return hook
+
+    def collect(self) -> torch.Tensor:
+        """LongTensor `[sum N, layers, k]` of everything captured since the last collect."""
+        if not self.enabled:
+            raise RuntimeError("RoutingCapture was created with enabled=False")
+        per_layer = [torch.cat(rows) if rows else None for rows in self._rows]
+        if any(p is None for p in per_layer):
+            raise RuntimeError("no routing captured: did a forward run inside the capture?")
+        counts = {p.shape[0] for p in per_layer}
+        if len(counts) != 1:
+            raise RuntimeError(f"layers captured different numbers of rows: {sorted(counts)}")
+        for rows in self._rows:
+            rows.clear()
+        return torch.stack(per_layer, dim=1)
+
+
+@contextlib.contextmanager
+def replay(model: nn.Module, routing: torch.Tensor) -> Iterator[None]:
+    """Make every gate use the given expert ids in the forwards run inside this block.
+
+    routing: integer tensor `[B, T, layers, k]` matching the `[B, T]` input of each forward
+    in the block (-1 anywhere in a position's k slots = keep the live top-k there). Raises if
+    a forward's token count differs from B * T.
+    """
+    gates = moe_gates(model)
+    if routing.dim() != 4 or routing.shape[2] != len(gates) or routing.shape[3] != gates[0].top_k:
+        raise ValueError(
+            f"routing must be [B, T, {len(gates)}, {gates[0].top_k}], got {tuple(routing.shape)}"
+        )
+    handles = []
+    try:
+        for layer, gate in enumerate(gates):
+            ids = routing[:, :, layer, :].reshape(-1, routing.shape[3]).long()
+            hook = _replay_hook(ids, bool(getattr(gate, "norm_topk_prob", True)), layer)
+            handles.append(gate.register_forward_hook(hook, prepend=True))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _replay_hook(ids: torch.Tensor, normalize: bool, layer: int):
+    live = (ids < 0).any(dim=-1, keepdim=True)
+
+    def hook(module, inputs, output):
+        logits, _, live_idx = output
+        if logits.shape[0] != ids.shape[0]:
+            raise ValueError(
+                f"replay: layer {layer} routed {logits.shape[0]} tokens, routing holds {ids.shape[0]}"
+            )
+        idx = torch.where(live.to(ids.device), live_idx, ids.to(live_idx.device))
+        weights = replay_weights(logits, idx, normalize)
+        return logits, weights, idx
+
+    return hook
+
+
+def replay_weights(logits: torch.Tensor, idx: torch.Tensor, normalize: bool) -> torch.Tensor:
+    """Router weights for given expert ids.
+
+    logits [N, E] (live router logits), idx [N, k] -> weights [N, k] in logits' dtype:
+    softmax(logits) in float32 gathered at idx, divided by their sum when `normalize`.
+    Differentiable w.r.t. logits (so the router stays trainable under replay).
+    """
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    weights = probs.gather(-1, idx)
+    if normalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights.to(logits.dtype)
