@@ -1,0 +1,63 @@
+"""Incident log: one JSON object per line for everything that went wrong and was handled.
+
+    from t1.incidents import IncidentLog
+    log = IncidentLog("results/tiny/ppo/incidents.jsonl")
+    log.write("child_hung", child="trainer", silent_s=61.2, action="restart")
+
+Checkpoints that are partial or corrupt (t1.ckpt), children that hung or died and were
+restarted, signals that asked a segment to stop (t1.supervise) all land here. Each line has
+`schema_version`, `time` (Unix seconds), `kind`, `status` ("handled" unless given) and the
+fields given; each is written with one `write()` on an O_APPEND descriptor, so concurrent
+writers never interleave inside a line. `read_incidents(path)` skips a torn last line.
+`t1 report` lists them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+class IncidentLog:
+    """Append-only JSON-lines log; `path=None` logs nowhere (callers need no `if`)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+        self.path = Path(path) if path is not None else None
+        self._lock = threading.Lock()
+
+    def write(self, kind: str, **fields: Any) -> dict[str, Any]:
+        record = {"schema_version": SCHEMA_VERSION, "time": time.time(), "kind": kind}
+        record["status"] = fields.pop("status", "handled")
+        record.update(fields)
+        if self.path is None:
+            return record
+        line = (json.dumps(record, default=str, sort_keys=False) + "\n").encode()
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        return record
+
+
+def read_incidents(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """All complete records of an incident log (missing file: none; torn last line skipped)."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
