@@ -39,6 +39,10 @@ class SandboxSpec:
     env_layer: a built environment (see t1.sandbox.envbuild) applied copy-on-write, or None
         for the plain host root (bwrap) / a base image (apptainer).
     image: apptainer image (.sif path or docker:// URI); ignored by bwrap.
+    logs_dir: host dir bound at /logs (created if None; `sandbox.logs_dir` tells where).
+    provision: offline tool cache bound at /opt/t1 (t1.sandbox.provision); None = the default
+        location ($T1_PROVISION or ~/.cache/t1/provision) if it exists.
+    cow: copy-on-write system dirs (apt-get install works, host unchanged); False = read-only.
     """
 
     workdir: str = "/app"
@@ -49,6 +53,10 @@ class SandboxSpec:
     limits: Limits = field(default_factory=Limits)
     network: bool = False
     output_cap_bytes: int = 64 * 1024
+    logs_dir: Path | None = None
+    provision: Path | None = None
+    cow: bool = True
+    hostname: str = "sandbox"
 
 
 @dataclass(frozen=True)

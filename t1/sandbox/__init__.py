@@ -1,0 +1,48 @@
+"""Sandboxes: the `Sandbox` protocol (base.py) and its backends, bwrap and apptainer.
+
+    from t1.sandbox import SandboxSpec, open_sandbox
+    with open_sandbox(SandboxSpec(workdir="/app"), backend="bwrap") as sb:
+        r = sb.exec("echo hi > f && cat f", timeout=10)    # ExecResult(exit_code=0, output="hi\\n")
+        sb.put(Path("tests"), "/tests"); sb.get("/app/f", Path("out/f"))
+
+`open_sandbox` starts the sandbox and returns it; use it as a context manager (or call
+`stop()`), so that every process of the sandbox is killed at the end.
+"""
+
+from __future__ import annotations
+
+from t1.sandbox.base import ExecResult, Limits, Sandbox, SandboxError, SandboxSpec
+
+BACKENDS = ("bwrap", "apptainer")
+
+
+def make_sandbox(spec: SandboxSpec, backend: str = "bwrap") -> Sandbox:
+    """A sandbox object for `backend`, not started yet."""
+    if backend == "bwrap":
+        from t1.sandbox.bwrap import BwrapSandbox
+
+        return BwrapSandbox(spec)
+    if backend == "apptainer":
+        from t1.sandbox.apptainer import ApptainerSandbox
+
+        return ApptainerSandbox(spec)
+    raise ValueError(f"unknown sandbox backend {backend!r} (known: {', '.join(BACKENDS)})")
+
+
+def open_sandbox(spec: SandboxSpec, backend: str = "bwrap") -> Sandbox:
+    """Start a sandbox for `spec` with `backend` (bwrap | apptainer); stop() or `with` ends it."""
+    sb = make_sandbox(spec, backend)
+    sb.start()
+    return sb
+
+
+__all__ = [
+    "BACKENDS",
+    "ExecResult",
+    "Limits",
+    "Sandbox",
+    "SandboxError",
+    "SandboxSpec",
+    "make_sandbox",
+    "open_sandbox",
+]

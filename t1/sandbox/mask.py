@@ -1,0 +1,207 @@
+"""Secrets mask: an overlay layer that hides host secrets and data under the system directories.
+
+    layer = mask_layer()        # cached; ~/.cache/t1/mask/<key>/{usr,etc,var}
+    # the sandbox's /etc is overlay(lowerdir=<env layer>:<provision>:layer/etc:/etc, ...)
+
+A sandbox runs as uid 0 without capabilities, and uid 0 still holds OWNER permissions on files
+the host's root owns: a host file that is `0600 root` (/etc/shadow, ssh host keys,
+/etc/munge/munge.key) would be readable through a plain bind. So every file under the bound
+system directories that is not world-readable is replaced in this layer (an empty file with
+the same owner and mode; /etc/shadow and friends by a copy whose password fields are `*`, so
+`useradd` still works), every directory that is not world-readable and searchable becomes an
+empty opaque directory, and `/var` is reduced to what apt/dpkg need: `/var/lib/*` and
+`/var/cache/*` keep only the entries in VAR_LIB_KEEP / VAR_CACHE_KEEP (the rest are
+whited-out), logs, spools, mail and backups become empty.
+
+The layer is computed once per host state (key: the mtimes of /etc, /var/lib, /var/cache,
+dpkg's status file and this module's MASK_VERSION) and cached; building it walks /usr, /etc
+and /var (a few seconds); later sandboxes only reference it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+MASK_VERSION = 1
+SYSTEM_DIRS = ("usr", "etc", "var")
+VAR_LIB_KEEP = {
+    "apt", "dpkg", "ucf", "pam", "python", "misc", "systemd", "dbus", "sgml-base",
+    "xml-core", "shells.state", "man-db", "vim", "git", "ca-certificates-java", "dictionaries-common",
+    "emacsen-common", "usrmerge", "polkit-1",
+}  # fmt: skip
+VAR_CACHE_KEEP = {"apt", "debconf", "ldconfig", "fontconfig", "man", "adduser"}
+VAR_EMPTY = {"log", "spool", "mail", "backups", "opt", "local", "tmp"}
+SANITIZE = {"etc/shadow", "etc/shadow-", "etc/gshadow", "etc/gshadow-"}
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("T1_CACHE", Path.home() / ".cache" / "t1")) / "mask"
+
+
+def host_key(host_root: Path = Path("/")) -> str:
+    h = hashlib.sha256(f"mask-v{MASK_VERSION}".encode())
+    for rel in ("etc", "var/lib", "var/cache", "var/lib/dpkg/status", "usr/local", "etc/ssl"):
+        try:
+            h.update(f"{rel}:{(host_root / rel).stat().st_mtime_ns}".encode())
+        except OSError:
+            h.update(f"{rel}:-".encode())
+    return h.hexdigest()[:16]
+
+
+def mask_layer(cache: Path | None = None, host_root: Path = Path("/")) -> Path:
+    """The cached mask layer for this host (built if missing); has usr/, etc/, var/ inside."""
+    cache = cache or default_cache()
+    out = cache / host_key(host_root)
+    if (out / "DONE").exists():
+        return out
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=cache))
+    try:
+        build_mask(tmp, host_root)
+        (tmp / "DONE").write_text("schema_version: 1\nstatus: complete\n")
+        try:
+            tmp.rename(out)
+        except OSError:  # another process finished first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in cache.iterdir():  # drop layers of earlier host states
+        if old.name != out.name and not old.name.startswith(".build-"):
+            shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def _world_ok(st: os.stat_result) -> bool:
+    need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else 0)
+    return st.st_mode & need == need
+
+
+def secret_paths(host_root: Path = Path("/")) -> tuple[list[str], list[str]]:
+    """(files, dirs) under the system dirs that are not world-readable, relative to the root.
+
+    Directories are not descended into; symlinks and special files are left alone.
+    """
+    files: list[str] = []
+    dirs: list[str] = []
+    for top in SYSTEM_DIRS:
+        base = host_root / top
+        dev = base.stat().st_dev
+        for dirpath, dirnames, filenames in os.walk(base):
+            keep = []
+            for d in dirnames:
+                p = os.path.join(dirpath, d)
+                try:
+                    st = os.lstat(p)
+                except OSError:
+                    continue
+                if stat.S_ISLNK(st.st_mode) or st.st_dev != dev:
+                    continue
+                if _world_ok(st):
+                    keep.append(d)
+                else:
+                    dirs.append(os.path.relpath(p, host_root))
+            dirnames[:] = keep
+            for f in filenames:
+                p = os.path.join(dirpath, f)
+                try:
+                    st = os.lstat(p)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and not _world_ok(st):
+                    files.append(os.path.relpath(p, host_root))
+    return files, dirs
+
+
+def _copy_meta(dst: Path, st: os.stat_result) -> None:
+    os.chown(dst, st.st_uid, st.st_gid, follow_symlinks=False)
+    os.chmod(dst, stat.S_IMODE(st.st_mode))
+
+
+def _opaque_dir(dst: Path, st: os.stat_result | None, mode: int = 0o755) -> None:
+    dst.mkdir(parents=True, exist_ok=True)
+    os.setxattr(dst, "trusted.overlay.opaque", b"y")
+    if st is not None:
+        _copy_meta(dst, st)
+    else:
+        os.chmod(dst, mode)
+
+
+def _whiteout(dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    os.mknod(dst, stat.S_IFCHR | 0o000, os.makedev(0, 0))
+
+
+def _sanitized(text: str) -> str:
+    lines = []
+    for line in text.splitlines():
+        parts = line.split(":")
+        if len(parts) > 2:
+            parts[1] = "*"
+        lines.append(":".join(parts))
+    return "\n".join(lines) + "\n"
+
+
+def _mirror_parents(out: Path, rel: str, host_root: Path) -> None:
+    """Create the parent dirs of `rel` in the layer with the host's owner and mode."""
+    parts = Path(rel).parts[:-1]
+    for i in range(1, len(parts) + 1):
+        sub = Path(*parts[:i])
+        d = out / sub
+        if not d.exists():
+            d.mkdir()
+            try:
+                _copy_meta(d, os.lstat(host_root / sub))
+            except OSError:
+                pass
+
+
+def build_mask(out: Path, host_root: Path = Path("/")) -> None:
+    """Write the mask layer for `host_root` into the empty directory `out`."""
+    for top in SYSTEM_DIRS:
+        (out / top).mkdir(exist_ok=True)
+        _copy_meta(out / top, os.lstat(host_root / top))
+    var = host_root / "var"
+    for name in sorted(os.listdir(var)):
+        st = os.lstat(var / name)
+        if name in VAR_EMPTY and stat.S_ISDIR(st.st_mode):
+            _opaque_dir(out / "var" / name, st)
+    for sub, keep in (("lib", VAR_LIB_KEEP), ("cache", VAR_CACHE_KEEP)):
+        if (var / sub).is_dir():
+            for name in sorted(os.listdir(var / sub)):
+                if name not in keep:
+                    _mirror_parents(out, f"var/{sub}/{name}", host_root)
+                    _whiteout(out / "var" / sub / name)
+    hidden = ("var/lib/", "var/cache/")
+    files, dirs = secret_paths(host_root)
+    for rel in dirs:
+        if rel.startswith(hidden) and Path(rel).parts[2] not in (VAR_LIB_KEEP | VAR_CACHE_KEEP):
+            continue  # already whited-out
+        if rel.startswith("var/") and Path(rel).parts[1] in VAR_EMPTY:
+            continue
+        _mirror_parents(out, rel, host_root)
+        _opaque_dir(out / rel, os.lstat(host_root / rel))
+    for rel in files:
+        parts = Path(rel).parts
+        if rel.startswith(hidden) and parts[2] not in (VAR_LIB_KEEP | VAR_CACHE_KEEP):
+            continue
+        if parts[0] == "var" and parts[1] in VAR_EMPTY:
+            continue
+        if any(rel.startswith(d + "/") for d in dirs):
+            continue
+        _mirror_parents(out, rel, host_root)
+        dst = out / rel
+        st = os.lstat(host_root / rel)
+        text = ""
+        if rel in SANITIZE:
+            try:
+                text = _sanitized((host_root / rel).read_text())
+            except (OSError, UnicodeDecodeError):
+                text = ""
+        dst.write_text(text)
+        _copy_meta(dst, st)
