@@ -1,0 +1,4 @@
+#!/bin/bash
+# Hangs on purpose.
+sleep 3600
+echo hello > /app/hello.txt
