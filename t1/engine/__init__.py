@@ -1,0 +1,31 @@
+"""Inference engines behind one protocol (t1/engine/base.py): `local` and `sglang`.
+
+    engine = make_engine(cfg, model_dir)      # cfg.engine.backend picks the implementation
+    results = engine.generate([GenerateRequest(input_ids, SamplingParams(...), session_id=...)])
+
+`t1 serve` (t1/engine/serve.py) puts the local engine behind SGLang's HTTP schema, so the
+`sglang` client runs for real without a GPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from t1.engine.base import Engine, GenerateRequest, GenerateResult, SamplingParams
+
+__all__ = ["Engine", "GenerateRequest", "GenerateResult", "SamplingParams", "make_engine"]
+
+
+def make_engine(cfg, model_dir: str | Path | None = None) -> Engine:
+    """The engine the config asks for: `local` loads `model_dir`; `sglang` talks to `engine.url`."""
+    if cfg.engine.backend == "local":
+        if model_dir is None:
+            raise ValueError("engine.backend local needs a policy directory")
+        from t1.engine.local import LocalEngine
+
+        return LocalEngine.from_config(cfg, model_dir)
+    if cfg.engine.backend == "sglang":
+        from t1.engine.sglang import SGLangEngine
+
+        return SGLangEngine.from_config(cfg)
+    raise ValueError(f"unknown engine.backend {cfg.engine.backend!r} (known: local, sglang)")
