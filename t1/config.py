@@ -155,10 +155,12 @@ class PPOConfig:
     lam: float = 1.0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     weight_decay: float = 0.1
-    epochs: int = 1
-    minibatch: int = 4
-    replay: bool = True
-    load_balancing_coef: float = 0.0
+    epochs: int = 1  # passes over the step's batch, for the critic and then the actor
+    minibatch: int = 4  # rows (TITO segments) per optimizer step
+    replay: bool = True  # R3: replay the rollout's expert choices in the actor's forwards
+    load_balancing_coef: float = 0.0  # must stay 0: it fights replay
+    max_grad_norm: float = 1.0  # gradient clipping per optimizer step (0 = off)
+    old_logp: str = "trainer"  # trainer | rollout: the logprobs the PPO ratio divides by
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,8 @@ class SFTConfig:
 
     epochs: int = 3
     lr: float = 1e-3
-    batch: int = 4
+    batch: int = 4  # rows (TITO segments) per optimizer step
+    save_every: int = 50  # optimizer steps between resumable trainer.pt saves
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,8 @@ class CriticWarmupConfig:
 
     enabled: bool = True  # False = cold start, kept for comparison
     epochs: int = 1
-    recalibration_rollouts: int = 2
+    batch: int = 4  # rows (TITO segments) per critic optimizer step
+    recalibration_rollouts: int = 2  # critic-only PPO steps after loading warm-up weights
 
 
 @dataclass(frozen=True)

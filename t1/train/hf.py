@@ -1,0 +1,221 @@
+"""The `hf` training backend: a transformers MoE actor and a value-head critic, trained with
+torch AdamW on the CPU (or one GPU), with R³ routing replay from `t1.routing`.
+
+    from t1.train.hf import HFTrainer
+    trainer = HFTrainer(actor, critic, actor_lr=1e-4, critic_lr=1.5e-3)
+    out = trainer.actor_forward(batch, entropy=True)
+    trainer.critic_update(batch, loss_fn)
+
+Optimizer: AdamW, betas (0.9, 0.98), weight decay 0.1 on matrices and expert tensors (not on
+norm weights and biases, as Megatron does), constant learning rate, gradient clipping at
+`max_grad_norm` (0 = off). The load-balancing loss is off: the models are built with
+`router_aux_loss_coef = 0` and no router logits are requested.
+
+Replay applies to the actor only: the routing records are the actor's (the engine's) expert
+choices. The critic has its own router and routes live.
+
+`state_dict()` holds everything needed to continue bit for bit: both models, both optimizers,
+the torch / numpy / python RNG states, the trainer's shuffling generator and its counters.
+Call `calls = []` on the trainer to record the order of its public calls (tests use it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from t1.routing import replay as routing_replay
+from t1.train.batch import Batch
+from t1.train.protocol import ActorOutput, LossFn
+
+SCHEMA_VERSION = 1
+
+
+def token_logp(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """logits [B, T, V] (position t predicts token t+1), ids [B, T] -> logp [B, T] aligned to
+    the token: out[:, t] = log softmax(logits[:, t-1])[ids[:, t]], out[:, 0] = 0."""
+    lg = logits[:, :-1].float()
+    picked = lg.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    return F.pad(picked - torch.logsumexp(lg, dim=-1), (1, 0))
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """logits [B, T, V] -> entropy [B, T] of the distribution that sampled token t (0 at t=0)."""
+    lp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    return F.pad(-(lp.exp() * lp).sum(-1), (1, 0))
+
+
+def shift_values(v: torch.Tensor) -> torch.Tensor:
+    """Value head output [B, T] at the last context position -> aligned to the next token."""
+    return F.pad(v[:, :-1], (1, 0))
+
+
+def adamw(
+    model: nn.Module, lr: float, betas: tuple[float, float], weight_decay: float
+) -> torch.optim.AdamW:
+    """AdamW with decay on parameters of rank >= 2 only."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": rest, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=1e-8)
+
+
+class HFTrainer:
+    """Actor and/or critic with their optimizers. Either model may be None (SFT trains the
+    actor alone; critic warm-up the critic alone, with the policy frozen)."""
+
+    def __init__(
+        self,
+        actor: nn.Module | None,
+        critic: nn.Module | None,
+        *,
+        actor_lr: float = 1e-4,
+        critic_lr: float = 1.5e-3,
+        betas: tuple[float, float] = (0.9, 0.98),
+        weight_decay: float = 0.1,
+        max_grad_norm: float = 1.0,
+        replay: bool = True,
+        seed: int = 0,
+    ) -> None:
+        self.actor, self.critic = actor, critic
+        self.replay = replay
+        self.max_grad_norm = max_grad_norm
+        betas = (float(betas[0]), float(betas[1]))
+        self.actor_opt = adamw(actor, actor_lr, betas, weight_decay) if actor is not None else None
+        self.critic_opt = (
+            adamw(critic, critic_lr, betas, weight_decay) if critic is not None else None
+        )
+        self.generator = torch.Generator().manual_seed(seed)
+        self.counters: dict[str, int] = {"actor_updates": 0, "critic_updates": 0}
+        self.calls: list[str] | None = None
+
+    # ------------------------------------------------------------------ forwards
+
+    def _note(self, name: str) -> None:
+        if self.calls is not None:
+            self.calls.append(name)
+
+    def _replay(self, batch: Batch):
+        if self.replay and batch.routing is not None:
+            return routing_replay(self.actor, batch.routing)
+        return contextlib.nullcontext()
+
+    def _actor_logits(self, batch: Batch) -> torch.Tensor:
+        with self._replay(batch):
+            return self.actor(input_ids=batch.input_ids, use_cache=False).logits
+
+    def actor_forward(self, batch: Batch, entropy: bool = False) -> ActorOutput:
+        """No-grad forward of the actor: logp [B, T] (and entropy [B, T] if asked)."""
+        self._note("actor.forward")
+        self.actor.eval()
+        with torch.no_grad():
+            logits = self._actor_logits(batch)
+            logp = token_logp(logits, batch.input_ids)
+            ent = token_entropy(logits) if entropy else None
+        return ActorOutput(logp=logp, entropy=ent)
+
+    def critic_values(self, batch: Batch) -> torch.Tensor:
+        """No-grad values [B, T] of the critic (aligned to tokens)."""
+        self._note("critic.values")
+        self.critic.eval()
+        with torch.no_grad():
+            return shift_values(self.critic(batch.input_ids))
+
+    # ------------------------------------------------------------------ updates
+
+    def _step(self, model: nn.Module, opt: torch.optim.Optimizer, loss: torch.Tensor) -> float:
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [p for p in model.parameters() if p.grad is not None]
+        if self.max_grad_norm > 0:
+            norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+        else:
+            norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))
+        opt.step()
+        return float(norm)
+
+    def actor_update(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step of the actor on `loss_fn(logp [B, T] with grad, batch)`."""
+        self._note("actor.update")
+        self.actor.train()
+        logp = token_logp(self._actor_logits(batch), batch.input_ids)
+        loss, metrics = loss_fn(logp, batch)
+        metrics = dict(metrics, grad_norm=self._step(self.actor, self.actor_opt, loss))
+        self.counters["actor_updates"] += 1
+        return metrics
+
+    def critic_update(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step of the critic on `loss_fn(values [B, T] with grad, batch)`."""
+        self._note("critic.update")
+        self.critic.train()
+        values = shift_values(self.critic(batch.input_ids))
+        loss, metrics = loss_fn(values, batch)
+        metrics = dict(metrics, grad_norm=self._step(self.critic, self.critic_opt, loss))
+        self.counters["critic_updates"] += 1
+        return metrics
+
+    def permutation(self, n: int) -> list[int]:
+        """A shuffle of range(n) from the trainer's own generator (part of its state)."""
+        return torch.randperm(n, generator=self.generator).tolist()
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        def sd(x):
+            return None if x is None else x.state_dict()
+
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "actor": sd(self.actor),
+            "critic": sd(self.critic),
+            "actor_optim": sd(self.actor_opt),
+            "critic_optim": sd(self.critic_opt),
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "numpy": np.random.get_state(),
+                "python": random.getstate(),
+                "generator": self.generator.get_state(),
+            },
+            "counters": dict(self.counters),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError(
+                f"trainer state schema_version {state.get('schema_version')}, expected {SCHEMA_VERSION}"
+            )
+        for name in ("actor", "critic", "actor_opt", "critic_opt"):
+            key = {"actor_opt": "actor_optim", "critic_opt": "critic_optim"}.get(name, name)
+            target, saved = getattr(self, name), state[key]
+            if (target is None) != (saved is None):
+                raise ValueError(
+                    f"trainer state: {key} is {'absent' if saved is None else 'present'} in the state but not here"
+                )
+            if target is not None:
+                target.load_state_dict(saved)
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
+        self.generator.set_state(rng["generator"])
+        self.counters = dict(state["counters"])
+
+    def save_weights(self, out_dir: str | Path, actor: bool = True, critic: bool = True) -> None:
+        """DIR/actor (policy directory) and/or DIR/critic (critic directory), each atomic."""
+        from t1.policy import save_policy
+
+        out_dir = Path(out_dir)
+        if actor and self.actor is not None:
+            save_policy(self.actor, out_dir / "actor")
+        if critic and self.critic is not None:
+            self.critic.save_pretrained(out_dir / "critic")
