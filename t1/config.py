@@ -185,11 +185,22 @@ class CriticWarmupConfig:
 
 @dataclass(frozen=True)
 class CampaignConfig:
-    """Segments and checkpoints (t1.segment, t1.ckpt)."""
+    """Segments, checkpoints and the segment supervisor (t1.segment, t1.ckpt, t1.supervise)."""
 
     segments: int = 2
     steps_per_segment: int = 2
     keep_checkpoints: int = 3
+    # children of a segment besides `t1 segment` (engine servers, rollout workers): a YAML
+    # spec for `t1 supervise --spec` ("" = the segment driver alone; see t1/supervise.py)
+    children: str = ""
+    heartbeat_timeout_s: float = 300.0  # a child silent this long is hung: killed, restarted
+    startup_timeout_s: float = 600.0  # first heartbeat may take this long (weights loading)
+    max_restarts: int = 3  # per child and segment; then the segment fails (exit 1)
+    backoff_s: float = 2.0  # restart delay, doubled per restart of the same child
+    backoff_max_s: float = 60.0
+    stop_timeout_s: float = 120.0  # after SIGUSR2/SIGTERM: wait this long for the checkpoint
+    stop_margin_s: float = 300.0  # stop this long before the Slurm time limit
+    verify_checkpoints: str = "sha256"  # sha256 | size (multi-GB checkpoints on trusted disks)
 
 
 @dataclass(frozen=True)
