@@ -74,11 +74,18 @@ class Overlay:
     upper: Path | None = None
     work: Path | None = None
 
-    def mount_cmd(self) -> str:
+    def fstab_line(self) -> str:
+        """This overlay as an fstab line (`mount -a -T FILE` mounts all in one exec)."""
+        paths = [*self.lowers, self.merged, self.upper, self.work]
+        bad = [str(p) for p in paths if p is not None and any(c in str(p) for c in " \t\n,:")]
+        if bad:
+            raise SandboxError(f"overlay paths may not contain blanks, ',' or ':': {bad[0]}")
         opts = "lowerdir=" + ":".join(str(p) for p in self.lowers)
         if self.upper is not None:
             opts += f",upperdir={self.upper},workdir={self.work}"
-        return f"mount -t overlay t1-overlay -o {shlex.quote(opts)} {shlex.quote(str(self.merged))}"
+        else:
+            opts += ",ro"
+        return f"t1-overlay {self.merged} overlay {opts} 0 0\n"
 
 
 @dataclass
@@ -171,13 +178,12 @@ def bwrap_args(
         a += ["--symlink", target, f"/{name}"]
     a += ["--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
     a += ["--tmpfs", "/tmp", "--tmpfs", "/run"]
-    if build_into is None and "/" not in plan.overlays:
-        a += ["--dir", "/root", "--chmod", "0700", "/root", "--dir", "/home"]
+    a += ["--dir", "/root", "--chmod", "0700", "/root", "--dir", "/home"]
     if plan.provision is not None:
         a += ["--ro-bind", str(plan.provision), PROVISION_INSIDE]
     if plan.workdir_host is not None:
         a += ["--bind", str(plan.workdir_host), spec.workdir]
-    else:
+    elif spec.workdir != "/":
         a += ["--dir", spec.workdir]
     if plan.logs_host is not None:
         a += ["--bind", str(plan.logs_host), "/logs"]
@@ -312,7 +318,11 @@ class BwrapSandbox:
         spec, plan = self.spec, self.plan
         bw = bwrap_args(spec, plan, as_root, self.build_into)
         inner = bw + outer_loop(nonce, CTL_INSIDE)
-        mounts = "".join(ov.mount_cmd() + " || exit 126; " for ov in plan.overlays.values())
+        mounts = ""
+        if plan.overlays:
+            fstab = plan.root / "fstab"
+            fstab.write_text("".join(ov.fstab_line() for ov in plan.overlays.values()))
+            mounts = f"mount -a -T {shlex.quote(str(fstab))} || exit 126; "
         script = join_script(self.cgroup) + mounts + 'exec "$@"'
         pre = ["setsid", "-c"]
         if plan.overlays:

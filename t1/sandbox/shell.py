@@ -7,8 +7,9 @@
 
 Protocol. The backend starts `outer_loop(...)` inside the sandbox: a `sh` loop that (re)starts
 `bash --noediting --noprofile --rcfile RC -i` and, when bash exits, prints an exit sentinel with
-its status. RC (written here into the control dir, which the sandbox sees read-only at
-`ctl_inside`) sets `TERM=dumb`, `stty -echo -onlcr`, empty prompts, no history expansion, and
+its status. The pty starts with echo and
+onlcr off (what `stty -echo -onlcr` would do, without its exec). RC (written here into the
+control dir, which the sandbox sees read-only at `ctl_inside`) sets `TERM=dumb`, empty prompts, no history expansion, and
 defines `__t1_run N`, which sources `cmd.N` (so cwd, variables and background jobs persist)
 and prints `\\n<RS>T1-<nonce>-C<N>-<rc><RS>\\n`. The nonce is random per shell, so command
 output cannot forge a sentinel by accident. Commands travel as files, never as typed text, so
@@ -49,7 +50,6 @@ INTERRUPT_GRACE_S = 1.0
 def rc_text(nonce: str, ctl_inside: str) -> str:
     """The bash rc file that turns an interactive bash into the sentinel protocol."""
     return f"""\
-stty -echo -onlcr 2>/dev/null
 export TERM=dumb
 PS1=''; PS2=''; PS0=''; PROMPT_COMMAND=''
 unset HISTFILE; set +o history; set +H
