@@ -125,7 +125,8 @@ def build_policy(cfg: ModelConfig, vocab_size: int, seed: int = 0) -> nn.Module:
 
 def save_policy(model: nn.Module, out: str | Path) -> Path:
     """Write config.json + model.safetensors to `out` atomically (temp dir, then rename)."""
-    return _atomic_dir(Path(out), lambda tmp: model.save_pretrained(tmp))
+    with _quiet():
+        return _atomic_dir(Path(out), lambda tmp: model.save_pretrained(tmp))
 
 
 def load_policy(path: str | Path, dtype: torch.dtype = torch.float32) -> nn.Module:
@@ -137,8 +138,25 @@ def load_policy(path: str | Path, dtype: torch.dtype = torch.float32) -> nn.Modu
         raise FileNotFoundError(f"{path}: not a policy directory (no config.json)")
     config = AutoConfig.from_pretrained(path)
     arch = "qwen3_5_moe" if config.model_type.startswith("qwen3_5_moe") else "qwen3_moe"
-    model = _causal_lm_class(arch).from_pretrained(path, dtype=dtype)
+    with _quiet():
+        model = _causal_lm_class(arch).from_pretrained(path, dtype=dtype)
     return model.eval()
+
+
+class _quiet:
+    """No transformers progress bars while saving / loading a tiny model."""
+
+    def __enter__(self) -> None:
+        from transformers.utils import logging as hf_logging
+
+        self._was = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+
+    def __exit__(self, *exc) -> None:
+        from transformers.utils import logging as hf_logging
+
+        if self._was:
+            hf_logging.enable_progress_bar()
 
 
 class Critic(nn.Module):
@@ -279,7 +297,8 @@ def main(args: argparse.Namespace) -> int:
         module = build_policy(cfg.model, vocab, seed)
 
         def write(tmp: Path) -> None:
-            module.save_pretrained(tmp)
+            with _quiet():
+                module.save_pretrained(tmp)
             if args.tokenizer:
                 from transformers import AutoTokenizer
 
