@@ -177,6 +177,15 @@ def dockerfile_workdir(dockerfile: Path) -> str:
     return workdir or DEFAULT_WORKDIR
 
 
+def dockerfile_instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of each logical line of a Dockerfile, upper-cased keyword."""
+    out = []
+    for line in _logical_lines(dockerfile.read_text(errors="replace")):
+        word, _, rest = line.partition(" ")
+        out.append((word.upper(), rest.strip()))
+    return out
+
+
 def _logical_lines(text: str) -> list[str]:
     """Dockerfile lines with comments dropped and backslash continuations joined."""
     lines, current = [], ""

@@ -1,0 +1,315 @@
+"""`t1 oracle`: run each task's reference solution (or nothing) in a fresh sandbox, then its verifier.
+
+    t1 oracle examples/tasks                          # every task resolved, exit 0
+    t1 oracle examples/tasks --agent noop --json noop.json
+    t1 oracle examples/broken                         # each row says what broke, exit 1
+
+Each TASK_DIR is a task directory or a directory of tasks. Per task: build its environment
+(t1.sandbox.envbuild, cached by content hash) when its Dockerfile has more than FROM/WORKDIR,
+start a fresh sandbox, then
+* oracle: copy the solution in (v1 /oracle/solution.sh, v2 /solution/) only now, and run it
+  in the sandbox's persistent shell from the workdir (solution.yaml: each command in turn),
+  within the task's agent timeout; background servers it starts stay alive;
+* noop: nothing;
+then the verifier in the same sandbox (t1.verifier.score_in_sandbox) and the reward
+(t1.reward, kind and scale from `--config`, default dense with scale 10).
+
+Prints a table (task, passed/total, resolved, reward, seconds, error) on stdout and a progress
+bar on stderr; `--json FILE` writes a list of objects with exactly the keys `task`, `agent`,
+`passed`, `total`, `resolved`, `reward`, `seconds`, `assertions` ([{name, outcome}]), `error`.
+A task that fails to load, build, start, or whose solution times out or whose verifier yields
+nothing gets an `error` in its row; the other tasks still run.
+
+Exit code: 0 when no row has an error (unresolved tasks alone are not errors: a noop run
+resolves nothing on purpose), 1 when some row has an error, 2 when no task was found.
+
+Library use (the rollout and the synthesizer reuse the same flow):
+    row = run_task(task, agent="oracle", backend="bwrap")         # the JSON row as a dict
+    with open_task_sandbox(task, backend="bwrap") as sb:           # agent acts in sb ...
+        result = score_in_sandbox(task, sb)                        # ... then verify
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from t1.reward import RewardSpec
+from t1.sandbox import Limits, SandboxSpec, open_sandbox
+from t1.tasks import Task, TaskError, check_task, find_tasks, load_task
+from t1.tasks.load import dockerfile_instructions
+from t1.verifier import VerifierResult, score_in_sandbox
+
+__all__ = ["open_task_sandbox", "run_solution", "run_task", "score_in_sandbox", "task_spec"]
+
+AGENTS = ("oracle", "noop")
+ROW_KEYS = (
+    "task",
+    "agent",
+    "passed",
+    "total",
+    "resolved",
+    "reward",
+    "seconds",
+    "assertions",
+    "error",
+)
+_TRIVIAL = {"FROM", "WORKDIR", "LABEL", "MAINTAINER", "CMD", "ENTRYPOINT", "EXPOSE"}
+
+
+# --------------------------------------------------------------------------- sandbox per task
+
+
+def needs_build(task: Task) -> bool:
+    """True when the task's Dockerfile changes the machine (RUN, COPY, ENV, ARG, ...)."""
+    df = task.environment.dockerfile
+    if df is None or not df.is_file():
+        return False
+    return any(word not in _TRIVIAL for word, _ in dockerfile_instructions(df))
+
+
+def build_task_env(task: Task, cache_dir: Path | None = None) -> Path | None:
+    """The task's environment layer (built once, then cached by content hash), or None."""
+    if not needs_build(task):
+        return None
+    from t1.sandbox.envbuild import build_env
+
+    env = task.environment
+    layer = build_env(env.dockerfile, env.context, cache_dir)
+    return Path(getattr(layer, "path", layer))
+
+
+def task_spec(
+    task: Task, backend: str = "bwrap", cache_dir: Path | None = None, limits: Limits | None = None
+) -> SandboxSpec:
+    """The sandbox spec of a task: workdir, built environment (or image), resource limits.
+
+    The sandbox stays offline even when a task sets allow_internet: installers reach the
+    offline provision cache instead (t1 provision).
+    """
+    base = limits or Limits()
+    limits = Limits(
+        memory_mb=task.resources.memory_mb or base.memory_mb,
+        max_processes=base.max_processes,
+        max_file_mb=base.max_file_mb,
+        cpus=task.resources.cpus or base.cpus,
+        wall_s=base.wall_s,
+    )
+    image = None
+    env_layer = None
+    if backend == "apptainer":
+        image = _apptainer_image(task, cache_dir)
+    else:
+        env_layer = build_task_env(task, cache_dir)
+    return SandboxSpec(workdir=task.workdir, env_layer=env_layer, image=image, limits=limits)
+
+
+def _apptainer_image(task: Task, cache_dir: Path | None) -> str | None:
+    env = task.environment
+    if env.docker_image:
+        return f"docker://{env.docker_image}"
+    if env.dockerfile is not None:
+        from t1.sandbox import apptainer
+
+        return str(apptainer.build_image(env.dockerfile, env.context, cache_dir))
+    return None
+
+
+def open_task_sandbox(
+    task: Task, backend: str = "bwrap", cache_dir: Path | None = None, limits: Limits | None = None
+):
+    """A started sandbox for `task` (use it with `with`); the tests and solution are not in it."""
+    return open_sandbox(task_spec(task, backend, cache_dir, limits), backend)
+
+
+# --------------------------------------------------------------------------- agents
+
+
+def run_solution(task: Task, sandbox) -> str | None:
+    """Run the reference solution in the sandbox's shell; return an error message or None.
+
+    The whole solution shares the task's agent timeout. Its exit code is returned in the
+    message only when non-zero (the caller decides whether that matters).
+    """
+    wd = shlex.quote(task.workdir)
+    budget = task.agent_timeout_s
+    t0 = time.monotonic()
+    sol = task.solution
+    if sol.kind == "commands":
+        steps = [f"cd {wd}", *sol.commands]
+    elif task.layout == "v1":
+        sandbox.put(sol.path, "/oracle/solution.sh")
+        steps = [f"cd {wd} && bash /oracle/solution.sh"]
+    else:
+        sandbox.put(sol.directory or sol.path.parent, "/solution")
+        steps = [f"cd {wd} && bash /solution/{sol.path.name}"]
+    for i, cmd in enumerate(steps):
+        left = budget - (time.monotonic() - t0)
+        if left <= 0:
+            return f"reference solution timed out after {budget:g} s (before step {i + 1} of {len(steps)})"
+        r = sandbox.exec(cmd, timeout=left)
+        if r.timed_out:
+            return f"reference solution timed out after {budget:g} s (the agent timeout)"
+        if r.exit_code != 0:
+            return f"reference solution exited {r.exit_code}: {r.output.strip()[-400:]}"
+    return None
+
+
+def run_task(
+    task: Task | str | Path,
+    agent: str = "oracle",
+    backend: str = "bwrap",
+    reward: RewardSpec | None = None,
+    cache_dir: Path | None = None,
+    limits: Limits | None = None,
+) -> dict[str, Any]:
+    """One task end to end in a fresh sandbox; the JSON row (never raises for a broken task)."""
+    if agent not in AGENTS:
+        raise ValueError(f"agent must be one of {', '.join(AGENTS)}, got {agent!r}")
+    reward = reward or RewardSpec()
+    t0 = time.monotonic()
+    name = task.id if isinstance(task, Task) else Path(task).name
+    result, error = VerifierResult(), None
+    try:
+        if not isinstance(task, Task):
+            task = load_task(task)
+        with open_task_sandbox(task, backend, cache_dir, limits) as sb:
+            solution_error = run_solution(task, sb) if agent == "oracle" else None
+            result = score_in_sandbox(task, sb)
+        error = result.error
+        if solution_error and (error or not result.resolved or "timed out" in solution_error):
+            error = solution_error + (f"; {error}" if error else "")
+    except TaskError as e:
+        problems = check_task(task) if not isinstance(task, Task) else []
+        error = "task does not load: " + ("; ".join(map(str, problems)) or str(e))
+    except Exception as e:  # one broken task must not stop the others
+        error = f"{type(e).__name__}: {e}"
+    return {
+        "task": name,
+        "agent": agent,
+        "passed": result.passed,
+        "total": result.total,
+        "resolved": result.resolved,
+        "reward": reward.score(result.passed, result.total) if result.total else 0.0,
+        "seconds": round(time.monotonic() - t0, 3),
+        "assertions": [{"name": a.name, "outcome": a.outcome} for a in result.assertions],
+        "error": error,
+    }
+
+
+# --------------------------------------------------------------------------- command
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "dirs", nargs="+", metavar="TASK_DIR", help="task directory or directory of tasks"
+    )
+    parser.add_argument(
+        "--agent", choices=AGENTS, default="oracle", help="reference solution or nothing"
+    )
+    parser.add_argument(
+        "--sandbox", choices=("bwrap", "apptainer"), default="bwrap", help="sandbox backend"
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="tasks run in parallel")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write the rows as a JSON list")
+    parser.add_argument(
+        "--config", type=Path, metavar="FILE", help="campaign config (reward kind/scale)"
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    paths = find_tasks(args.dirs)
+    if not paths:
+        print("t1 oracle: no task directories found", file=sys.stderr)
+        return 2
+    reward = RewardSpec()
+    if args.config is not None:
+        from t1.config import load_config
+
+        r = load_config(args.config).reward
+        reward = RewardSpec(kind=r.kind, scale=r.scale, subtract_noop=False)
+    rows = run_many(paths, args.agent, args.sandbox, max(1, args.jobs), reward)
+    print(format_table(rows))
+    if args.json is not None:
+        _write_json(args.json, rows)
+    return 1 if any(r["error"] for r in rows) else 0
+
+
+def run_many(
+    paths: list[Path], agent: str, backend: str, jobs: int, reward: RewardSpec
+) -> list[dict]:
+    """Run every task (in parallel up to `jobs`), rows in the order of `paths`."""
+    rows: dict[int, dict] = {}
+    bar = _Progress(len(paths))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(run_task, p, agent, backend, reward): i for i, p in enumerate(paths)}
+        for fut in as_completed(futures):
+            row = fut.result()
+            rows[futures[fut]] = row
+            bar.advance(row)
+    bar.close()
+    return [rows[i] for i in range(len(paths))]
+
+
+def format_table(rows: list[dict]) -> str:
+    width = max([len("task"), *(len(r["task"]) for r in rows)])
+    lines = [
+        f"{'task':<{width}}  {'passed/total':>12}  {'resolved':<8}  {'reward':>7}  {'seconds':>8}  error"
+    ]
+    for r in rows:
+        err = (r["error"] or "").replace("\n", " ")
+        lines.append(
+            f"{r['task']:<{width}}  {str(r['passed']) + '/' + str(r['total']):>12}  "
+            f"{'yes' if r['resolved'] else 'no':<8}  {r['reward']:>7.3f}  {r['seconds']:>8.1f}  "
+            f"{err[:160] + ('...' if len(err) > 160 else '')}"
+        )
+    resolved = sum(r["resolved"] for r in rows)
+    errors = sum(bool(r["error"]) for r in rows)
+    lines.append(f"{resolved} of {len(rows)} resolved, {errors} with errors")
+    return "\n".join(lines)
+
+
+def _write_json(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump([{k: r[k] for k in ROW_KEYS} for r in rows], fh, indent=2)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+class _Progress:
+    """A one-line progress bar on stderr (a line per task when stderr is not a terminal)."""
+
+    def __init__(self, total: int):
+        self.total, self.done, self.t0 = total, 0, time.monotonic()
+        self.tty = sys.stderr.isatty()
+        self.lock = threading.Lock()
+        self._draw("")
+
+    def advance(self, row: dict) -> None:
+        with self.lock:
+            self.done += 1
+            mark = "ok" if row["resolved"] else ("ERROR" if row["error"] else "unresolved")
+            self._draw(f"{row['task']} {mark} ({row['seconds']:.1f} s)")
+
+    def _draw(self, last: str) -> None:
+        filled = int(20 * self.done / max(1, self.total))
+        line = f"[{'#' * filled}{'.' * (20 - filled)}] {self.done}/{self.total} {time.monotonic() - self.t0:6.1f} s  {last}"
+        if self.tty:
+            print(f"\r\033[K{line}", end="", file=sys.stderr, flush=True)
+        elif last:
+            print(line, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.tty:
+            print(file=sys.stderr, flush=True)
