@@ -47,6 +47,7 @@ class TasksConfig:
 
     train_dirs: list[str] = field(default_factory=lambda: ["examples/tasks"])
     eval_dirs: list[str] = field(default_factory=lambda: ["examples/tasks"])
+    env_cache: str = "~/.cache/t1/env"  # built task environments (bwrap), keyed by content hash
 
 
 @dataclass(frozen=True)
@@ -139,8 +140,10 @@ class RewardConfig:
     """Executed reward (t1.reward)."""
 
     kind: str = "dense"  # dense | binary
-    scale: float = 10.0  # ONE scale for the whole run, recorded in the run manifest
-    subtract_noop: bool = False
+    # dense = passed / scale: ONE scale for the whole run, recorded in the run manifest
+    # (t1.reward.record_reward_spec); not clipped when a task has more assertions than that.
+    scale: float = 10.0
+    subtract_noop: bool = False  # subtract the task's no-op score (assertions passing untouched)
 
 
 @dataclass(frozen=True)

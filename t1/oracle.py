@@ -63,6 +63,7 @@ ROW_KEYS = (
     "assertions",
     "error",
 )
+DEFAULT_ENV_CACHE = Path("~/.cache/t1/env").expanduser()
 _TRIVIAL = {"FROM", "WORKDIR", "LABEL", "MAINTAINER", "CMD", "ENTRYPOINT", "EXPOSE"}
 
 
@@ -84,8 +85,7 @@ def build_task_env(task: Task, cache_dir: Path | None = None) -> Path | None:
     from t1.sandbox.envbuild import build_env
 
     env = task.environment
-    layer = build_env(env.dockerfile, env.context, cache_dir)
-    return Path(getattr(layer, "path", layer))
+    return build_env(env.dockerfile, env.context, Path(cache_dir or DEFAULT_ENV_CACHE)).path
 
 
 def task_spec(
