@@ -203,6 +203,7 @@ class CampaignConfig:
     backoff_max_s: float = 60.0
     stop_timeout_s: float = 120.0  # after SIGUSR2/SIGTERM: wait this long for the checkpoint
     stop_margin_s: float = 300.0  # stop this long before the Slurm time limit
+    kill_grace_s: float = 10.0  # SIGTERM -> SIGKILL delay for a hung child or leftover service
     verify_checkpoints: str = "sha256"  # sha256 | size (multi-GB checkpoints on trusted disks)
 
 
