@@ -231,13 +231,14 @@ def main(args: argparse.Namespace) -> int:
     if not paths:
         print("t1 oracle: no task directories found", file=sys.stderr)
         return 2
-    reward = RewardSpec()
+    reward, cache_dir = RewardSpec(), None
     if args.config is not None:
         from t1.config import load_config
 
-        r = load_config(args.config).reward
-        reward = RewardSpec(kind=r.kind, scale=r.scale, subtract_noop=False)
-    rows = run_many(paths, args.agent, args.sandbox, max(1, args.jobs), reward)
+        cfg = load_config(args.config)
+        reward = RewardSpec(kind=cfg.reward.kind, scale=cfg.reward.scale, subtract_noop=False)
+        cache_dir = Path(cfg.tasks.env_cache).expanduser()
+    rows = run_many(paths, args.agent, args.sandbox, max(1, args.jobs), reward, cache_dir)
     print(format_table(rows))
     if args.json is not None:
         _write_json(args.json, rows)
@@ -245,13 +246,21 @@ def main(args: argparse.Namespace) -> int:
 
 
 def run_many(
-    paths: list[Path], agent: str, backend: str, jobs: int, reward: RewardSpec
+    paths: list[Path],
+    agent: str,
+    backend: str,
+    jobs: int,
+    reward: RewardSpec,
+    cache_dir: Path | None = None,
 ) -> list[dict]:
     """Run every task (in parallel up to `jobs`), rows in the order of `paths`."""
     rows: dict[int, dict] = {}
     bar = _Progress(len(paths))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(run_task, p, agent, backend, reward): i for i, p in enumerate(paths)}
+        futures = {
+            pool.submit(run_task, p, agent, backend, reward, cache_dir): i
+            for i, p in enumerate(paths)
+        }
         for fut in as_completed(futures):
             row = fut.result()
             rows[futures[fut]] = row
