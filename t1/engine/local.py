@@ -347,10 +347,11 @@ class LocalEngine:
                 self._store_session(
                     req.session_id, _Session(processed_or_prompt(req, row), row.cache, full)
                 )
-            rows = len(req.input_ids) + len(row.out) - 1
-            routing = full[req.routing_start : rows].numpy()
-            if routing.dtype != rt.record_dtype(self.num_experts):
-                routing = routing.astype(rt.record_dtype(self.num_experts))
+            if req.return_routing:
+                rows = len(req.input_ids) + len(row.out) - 1
+                routing = full[req.routing_start : rows].numpy()
+                if routing.dtype != rt.record_dtype(self.num_experts):
+                    routing = routing.astype(rt.record_dtype(self.num_experts))
         elif self.prefix_cache and req.session_id is not None:
             empty = torch.zeros(row.length, self.layers, self.k, dtype=self.record_dtype)
             self._store_session(
