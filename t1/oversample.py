@@ -28,6 +28,32 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+class CancelToken(threading.Event):
+    """An Event that also runs callbacks when set (the agent loop registers an engine abort,
+    so a cancelled trajectory stops mid-generation, not only between turns)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+        self._cb_lock = threading.Lock()
+
+    def on_cancel(self, callback: Callable[[], None]) -> None:
+        with self._cb_lock:
+            self._callbacks.append(callback)
+        if self.is_set():
+            callback()
+
+    def set(self) -> None:
+        super().set()
+        with self._cb_lock:
+            callbacks = list(self._callbacks)
+        for cb in callbacks:
+            try:
+                cb()
+            except Exception:  # an abort that fails must not stop the other cancellations
+                pass
+
+
 @dataclass(frozen=True)
 class Dropped(Generic[T]):
     index: int
@@ -62,7 +88,7 @@ def oversample(
     """
     if admit <= 0 or admit > len(items):
         raise ValueError(f"admit must be in 1..{len(items)}, got {admit}")
-    cancels = [threading.Event() for _ in items]
+    cancels = [CancelToken() for _ in items]
     result: OversampleResult[T, R] = OversampleResult(launched=len(items))
     finished: dict[int, R] = {}
     failed: dict[int, str] = {}

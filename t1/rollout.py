@@ -1,0 +1,249 @@
+"""Rollout: sample trajectories of tasks in sandboxes, score them, write them to disk.
+
+    t1 rollout --config workflow/config/tiny.yaml --policy results/tiny/policy/init \\
+               --tokenizer results/tiny/tokenizer --out results/tiny/rollout
+    t1 rollout --config ... --expert --out results/tiny/expert     # reference solutions (SFT)
+
+Each trajectory runs in a fresh sandbox of its task (t1.oracle.open_task_sandbox): the agent
+loop (t1.agent) samples turns from the engine and runs their tool calls; the task's verifier
+then runs in the same sandbox and the reward is attached. Over-sampling (t1.oversample)
+launches `rollout.launch` trajectories and admits the first `rollout.admit` to complete; the
+dropped tail is recorded (task ids, turns so far). `collect()` is the library entry point the
+PPO stage calls each step.
+
+Output directory:
+  trajectories/NNNN-<task>/   admitted trajectories (t1.trajectory records)
+  dropped/NNNN-<task>/        the cancelled tail, status ABORTED, kept for the audit
+  rollout.json                summary: schema_version, status, counts, admitted and dropped rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from t1.agent import AgentOptions, run_agent
+from t1.config import Config, load_config
+from t1.engine.base import Engine, SamplingParams
+from t1.oversample import oversample
+from t1.reward import RewardSpec
+from t1.tasks.load import find_tasks, load_task
+from t1.tasks.model import Task
+from t1.trajectory import Status, Trajectory, save_trajectory
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class RolloutBatch:
+    """One step's rollout: admitted trajectories in admission order, and the dropped tail."""
+
+    admitted: list[Trajectory] = field(default_factory=list)
+    dropped: list[dict[str, Any]] = field(default_factory=list)  # task, turns, reason
+    launched: int = 0
+    seconds: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        by_status: dict[str, int] = {}
+        for t in self.admitted:
+            by_status[t.status.value] = by_status.get(t.status.value, 0) + 1
+        rewards = [t.reward for t in self.admitted if t.reward is not None]
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "status": "complete",
+            "launched": self.launched,
+            "admitted": len(self.admitted),
+            "dropped": len(self.dropped),
+            "by_status": by_status,
+            "mean_reward": sum(rewards) / len(rewards) if rewards else None,
+            "resolved": sum(bool(t.metadata.get("resolved")) for t in self.admitted),
+            "seconds": round(self.seconds, 3),
+            "trajectories": [
+                {
+                    "task": t.task_id,
+                    "status": t.status.value,
+                    "reason": t.reason,
+                    "turns": len(t.turns),
+                    "reward": t.reward,
+                    "passed": t.metadata.get("passed"),
+                    "total": t.metadata.get("total"),
+                }
+                for t in self.admitted
+            ],
+            "dropped_tasks": self.dropped,
+        }
+
+
+class _Progress:
+    def __init__(self, total: int, label: str) -> None:
+        self.total, self.done, self.label = total, 0, label
+        self.lock = threading.Lock()
+        self._draw()
+
+    def tick(self, *_: Any) -> None:
+        with self.lock:
+            self.done += 1
+            self._draw()
+
+    def _draw(self) -> None:
+        n = 30 * self.done // max(1, self.total)
+        end = "\n" if self.done >= self.total else ""
+        print(f"\r{self.label} [{'#' * n}{'.' * (30 - n)}] {self.done}/{self.total}", end=end, file=sys.stderr, flush=True)
+
+
+def sampling_of(cfg: Config, seed: int | None) -> SamplingParams:
+    e = cfg.engine
+    return SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=seed)
+
+
+def reward_of(cfg: Config) -> RewardSpec:
+    return RewardSpec(kind=cfg.reward.kind, scale=cfg.reward.scale, subtract_noop=cfg.reward.subtract_noop)
+
+
+def run_one(
+    task: Task,
+    engine: Engine,
+    tokenizer,
+    cfg: Config,
+    seed: int | None,
+    cancel: threading.Event | None = None,
+    options: AgentOptions | None = None,
+) -> Trajectory:
+    """One trajectory of `task` in a fresh sandbox; failures become FAILED records."""
+    options = options or AgentOptions()
+    from t1.oracle import open_task_sandbox
+    from t1.sandbox import Limits
+
+    sb_cfg = cfg.sandbox
+    limits = Limits(memory_mb=sb_cfg.memory_mb, max_processes=sb_cfg.max_processes, max_file_mb=sb_cfg.max_file_mb)
+    try:
+        with open_task_sandbox(task, sb_cfg.backend, limits=limits) as sandbox:
+            return run_agent(task, sandbox, engine, tokenizer, cfg.agent, sampling_of(cfg, seed), reward_of(cfg), cancel, options)
+    except Exception as e:  # the sandbox would not start, or died under us
+        return Trajectory(task_id=task.id, status=Status.FAILED, reason=f"sandbox: {type(e).__name__}: {e}")
+
+
+def collect(
+    tasks: list[Task],
+    engine: Engine,
+    tokenizer,
+    cfg: Config,
+    admit: int | None = None,
+    seed: int | None = None,
+    progress: bool = True,
+) -> RolloutBatch:
+    """Launch one trajectory per task (over-sampling), admit the first `admit` to complete."""
+    admit = min(admit or cfg.rollout.admit, len(tasks))
+    deterministic = cfg.run.deterministic
+    base_seed = seed if (seed is not None or not deterministic) else cfg.run.seed
+    bar = _Progress(len(tasks), "rollout") if progress else None
+    t0 = time.monotonic()
+
+    def one(indexed: tuple[int, Task], cancel: threading.Event) -> Trajectory:
+        i, task = indexed
+        s = None if base_seed is None else base_seed * 100_003 + i
+        return run_one(task, engine, tokenizer, cfg, s, cancel)
+
+    res = oversample(
+        list(enumerate(tasks)),
+        one,
+        admit=admit,
+        workers=cfg.rollout.workers,
+        deterministic=deterministic,
+        on_done=(bar.tick if bar else None),
+    )
+    batch = RolloutBatch(launched=len(tasks), seconds=time.monotonic() - t0)
+    batch.admitted = [traj for _, traj in res.admitted]
+    for d in res.dropped:
+        _, task = d.item
+        progress_traj = d.progress if isinstance(d.progress, Trajectory) else None
+        batch.dropped.append(
+            {"task": task.id, "turns": len(progress_traj.turns) if progress_traj else 0, "reason": d.reason}
+        )
+    return batch
+
+
+def write_batch(batch: RolloutBatch, out: Path) -> None:
+    """Trajectories under out/trajectories, the summary as out/rollout.json (atomic)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for i, traj in enumerate(batch.admitted):
+        save_trajectory(traj, out / "trajectories" / f"{i:04d}-{traj.task_id}")
+    tmp = out / "rollout.json.tmp"
+    tmp.write_text(json.dumps(batch.summary(), indent=1))
+    tmp.replace(out / "rollout.json")
+
+
+def expert_batch(tasks: list[Task], tokenizer, cfg: Config, progress: bool = True) -> RolloutBatch:
+    """Reference solutions as multi-turn tool calls, one trajectory per task (all admitted)."""
+    from t1.expert import ScriptedEngine, solution_commands
+
+    bar = _Progress(len(tasks), "expert") if progress else None
+    t0 = time.monotonic()
+    batch = RolloutBatch(launched=len(tasks))
+    options = AgentOptions(require_routing=False)
+    expert_cfg = cfg
+    max_turns = max(cfg.agent.max_turns, max(len(solution_commands(t)) for t in tasks) + 2) if tasks else 1
+    if max_turns != cfg.agent.max_turns:
+        import dataclasses
+
+        expert_cfg = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, max_turns=max_turns, context_tokens=10**9))
+    for task in tasks:
+        engine = ScriptedEngine(tokenizer, solution_commands(task))
+        batch.admitted.append(run_one(task, engine, tokenizer, expert_cfg, None, None, options))
+        if bar:
+            bar.tick()
+    batch.seconds = time.monotonic() - t0
+    return batch
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, type=Path, help="campaign config (YAML)")
+    parser.add_argument("--out", required=True, type=Path, help="output directory")
+    parser.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: <results>/<run>/tokenizer)")
+    parser.add_argument("--policy", type=Path, help="policy directory for the local engine")
+    parser.add_argument("--tasks", nargs="+", help="task dirs (default: config tasks.train_dirs)")
+    parser.add_argument("--expert", action="store_true", help="execute reference solutions as tool calls")
+    parser.add_argument("--launch", type=int, help="trajectories launched (default: rollout.launch)")
+    parser.add_argument("--admit", type=int, help="first completed admitted (default: rollout.admit)")
+    parser.add_argument("--seed", type=int, help="sampling seed (default: run.seed in deterministic mode)")
+
+
+def load_tasks(dirs: list[str]) -> list[Task]:
+    tasks = []
+    for path in find_tasks(dirs):
+        tasks.append(load_task(path))  # a malformed task is an error naming its file
+    if not tasks:
+        raise SystemExit(f"t1 rollout: no tasks found under {', '.join(dirs)}")
+    return tasks
+
+
+def main(args: argparse.Namespace) -> int:
+    from t1.tokenizer import load_tokenizer
+
+    cfg = load_config(args.config)
+    run_dir = Path(cfg.run.results_dir) / cfg.run.name
+    tokenizer = load_tokenizer(args.tokenizer or run_dir / "tokenizer")
+    tasks = load_tasks(args.tasks or cfg.tasks.train_dirs)
+    if args.expert:
+        batch = expert_batch(tasks, tokenizer, cfg)
+    else:
+        from t1.engine import make_engine
+
+        launch = args.launch or cfg.rollout.launch
+        batch_tasks = [tasks[i % len(tasks)] for i in range(launch)]
+        engine = make_engine(cfg, args.policy)
+        batch = collect(batch_tasks, engine, tokenizer, cfg, admit=args.admit, seed=args.seed)
+    write_batch(batch, args.out)
+    s = batch.summary()
+    print(
+        f"rollout: {s['admitted']} admitted of {s['launched']} launched, {s['dropped']} dropped, "
+        f"by status {s['by_status']}, mean reward {s['mean_reward']}, resolved {s['resolved']}, "
+        f"{s['seconds']:.1f} s -> {args.out}"
+    )
+    return 0
