@@ -1,0 +1,156 @@
+"""`t1 report`: a run's JSON-lines events and evaluations -> report.md with tables and plots.
+
+    t1 report --config workflow/config/tiny.yaml --run-dir results/tiny --out results/tiny/report.md
+
+Reads every `metrics.jsonl` under the run directory (t1.metrics_log events: SFT, critic
+warm-up, PPO steps), every `eval.json` (t1 evaluate) and the TITO audit JSON if present,
+and writes report.md beside PNG plots (report_*.png): per-step reward, train–inference gap
+with its EMA, explained variance, value and policy loss, clip fraction, entropy; a table of
+the last PPO step's metrics and one row per evaluation (resolved rate, mean reward).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from t1.metrics_log import read_events
+
+PLOTS: dict[str, list[str]] = {
+    "reward": ["reward_mean", "resolved_rate"],
+    "gap": ["gap", "gap_ema"],
+    "explained_variance": ["explained_variance"],
+    "losses": ["value_loss", "policy_loss"],
+    "clip_entropy": ["clip_fraction", "entropy"],
+}
+
+
+def collect_events(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Events by kind, from every metrics.jsonl under `run_dir`, ordered by (step, time)."""
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(run_dir.rglob("metrics.jsonl")):
+        for ev in read_events(path):
+            ev = dict(ev, _source=str(path.relative_to(run_dir)))
+            by_kind.setdefault(str(ev.get("event")), []).append(ev)
+    for evs in by_kind.values():
+        evs.sort(key=lambda e: (e.get("step") or 0, e.get("time") or 0))
+    return by_kind
+
+
+def _series(events: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for i, ev in enumerate(events):
+        v = ev.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            xs.append(ev.get("step", i) or i)
+            ys.append(float(v))
+    return xs, ys
+
+
+def plot(events: list[dict[str, Any]], out_dir: Path, prefix: str) -> list[Path]:
+    """One PNG per group in PLOTS that has data; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for name, keys in PLOTS.items():
+        series = {k: _series(events, k) for k in keys}
+        if not any(xs for xs, _ in series.values()):
+            continue
+        fig, ax = plt.subplots(figsize=(5, 3))
+        for k, (xs, ys) in series.items():
+            if xs:
+                ax.plot(xs, ys, marker="o", label=k)
+        ax.set_xlabel("PPO step")
+        ax.set_title(name.replace("_", " "))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out_dir / f"{prefix}_{name}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "" if v is None else str(v)
+
+
+def render(run_dir: Path, out: Path) -> str:
+    events = collect_events(run_dir)
+    ppo = events.get("ppo_step", [])
+    lines = [f"# Report: {run_dir.name}", ""]
+    manifest = run_dir / "manifest.json"
+    if manifest.exists():
+        reward = json.loads(manifest.read_text()).get("reward")
+        if reward:
+            lines += [f"Reward: `{reward['kind']}`, scale {reward['scale']:g} (fixed for the run).", ""]
+    lines += ["## Events", "", "| event | count | sources |", "|---|---|---|"]
+    for kind, evs in sorted(events.items()):
+        sources = sorted({e["_source"].split("/")[0] for e in evs})
+        lines.append(f"| {kind} | {len(evs)} | {', '.join(sources)} |")
+    lines.append("")
+    if ppo:
+        keys = [k for k in ("step", "reward_mean", "resolved_rate", "gap", "gap_ema", "explained_variance",
+                            "value_loss", "policy_loss", "clip_fraction", "entropy", "tokens_per_s", "step_time_s") if any(k in e for e in ppo)]
+        lines += ["## PPO steps", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+        for ev in ppo:
+            lines.append("| " + " | ".join(_fmt(ev.get(k)) for k in keys) + " |")
+        lines.append("")
+        for path in plot(ppo, out.parent, out.stem):
+            lines += [f"![{path.stem}]({path.name})", ""]
+    evals = sorted(run_dir.rglob("eval.json"))
+    if evals:
+        lines += ["## Evaluations", "", "| label | trajectories | resolved | mean reward | mean turns |", "|---|---|---|---|---|"]
+        for path in evals:
+            doc = json.loads(path.read_text())
+            o = doc["summary"]["overall"]
+            lines.append(
+                f"| {doc.get('label', path.parent.name)} | {o['trajectories']} | {o['resolved_rate']:.1%} | "
+                f"{o['mean_reward']:.3f} | {o['mean_turns']:.1f} |"
+            )
+        lines.append("")
+    audits = sorted(run_dir.rglob("tito_audit.json"))
+    for path in audits:
+        a = json.loads(path.read_text())
+        lines += [
+            f"## TITO audit ({path.parent.relative_to(run_dir)})",
+            "",
+            f"trajectories {a.get('trajectories')}, loss tokens {a.get('loss_tokens')}, drift rate "
+            f"{a.get('drift_rate')}, placeholder rate {a.get('placeholder_rate')}, placeholders in loss "
+            f"{a.get('placeholder_in_loss')}, relations {a.get('relations')}",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="campaign config (for the run directory)")
+    parser.add_argument("--run-dir", type=Path, help="run directory (default: <results>/<run>)")
+    parser.add_argument("--out", type=Path, help="report file (default: RUN_DIR/report.md)")
+
+
+def main(args: argparse.Namespace) -> int:
+    run_dir = args.run_dir
+    if run_dir is None:
+        if args.config is None:
+            raise SystemExit("t1 report: give --config or --run-dir")
+        from t1.config import load_config
+
+        cfg = load_config(args.config)
+        run_dir = Path(cfg.run.results_dir) / cfg.run.name
+    out = args.out or run_dir / "report.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = render(run_dir, out)
+    tmp = out.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    tmp.replace(out)
+    print(f"report: {out}")
+    return 0
