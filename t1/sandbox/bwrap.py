@@ -14,8 +14,9 @@ What the sandbox sees:
 * Writable binds: the workdir (`spec.workdir`, from a fresh host dir) and `/logs`.
   The provision cache (t1.sandbox.provision) is read-only at /opt/t1.
 * Namespaces: pid, ipc, uts (hostname `sandbox`), net (none: not even the host's loopback)
-  unless `spec.network`; user too when not run as root. Capabilities are dropped by bwrap and
-  no_new_privs is set; `--die-with-parent`: the THREAD that starts the sandbox must outlive it.
+  unless `spec.network`; user too when not run as root. `--cap-drop ALL`: bwrap run by real
+  root would otherwise keep every capability (CAP_SYS_ADMIN, CAP_MKNOD, CAP_DAC_OVERRIDE ...)
+  inside; no_new_privs is set; `--die-with-parent`: the THREAD that starts the sandbox must outlive it.
 * Limits: a per-sandbox cgroup (t1.sandbox.limits) joined before bwrap runs, RLIMIT_FSIZE,
   wall time (`limits.wall_s`); stop() kills every process in the cgroup and checks.
 
@@ -28,6 +29,7 @@ Launch chain (each step execs the next; bwrap's parent is this process):
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -158,7 +160,9 @@ def bwrap_args(
     host_root: Path = Path("/"),
 ) -> list[str]:
     """The bwrap argument list (pure). Later binds override earlier ones."""
-    a = ["bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    # bwrap run by real root KEEPS all capabilities unless told otherwise: drop them all
+    a = ["bwrap", "--die-with-parent", "--cap-drop", "ALL"]
+    a += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     if not spec.network:
         a.append("--unshare-net")
     if not as_root:
@@ -208,14 +212,12 @@ def sandbox_env(
         "DEBIAN_FRONTEND": "noninteractive",
         "T1_WORKDIR": spec.workdir,
     }
-    env.update(provision_env)
+    prefix = provision_env.get("PATH")
+    env.update({k: v for k, v in provision_env.items() if k != "PATH"})
     env.update(layer_env)
     env.update(spec.env)
-    if provision_env.get("PATH"):
-        # provision's bin first, then whatever PATH the layer / spec set
-        first = provision_env["PATH"].split(":")[0]
-        if not env["PATH"].startswith(first):
-            env["PATH"] = first + ":" + env["PATH"]
+    if prefix and prefix not in env["PATH"].split(":"):
+        env["PATH"] = prefix + ":" + env["PATH"]
     return env
 
 
@@ -445,6 +447,17 @@ class BwrapSandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@functools.cache
+def _which(tool: str) -> str:
+    """Absolute host path of a launcher tool (the sandbox env's PATH is not the host's)."""
+    path = shutil.which(tool, path=BASE_PATH)
+    if path is None:
+        raise SandboxError(
+            f"{tool} is not installed on this host (needed to start bwrap sandboxes)"
+        )
+    return path
 
 
 def _copy(src: Path, dst: Path) -> None:

@@ -11,7 +11,8 @@ the same owner and mode; /etc/shadow and friends by a copy whose password fields
 `useradd` still works), every directory that is not world-readable and searchable becomes an
 empty opaque directory, and `/var` is reduced to what apt/dpkg need: `/var/lib/*` and
 `/var/cache/*` keep only the entries in VAR_LIB_KEEP / VAR_CACHE_KEEP (the rest are
-whited-out), logs, spools, mail and backups become empty.
+whited-out), logs, spools, mail and backups become empty. The layer also carries the few
+files a capability-less root needs (SANDBOX_FILES: apt must not try to switch to `_apt`).
 
 The layer is computed once per host state (key: the mtimes of /etc, /var/lib, /var/cache,
 dpkg's status file and this module's MASK_VERSION) and cached; building it walks /usr, /etc
@@ -27,7 +28,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-MASK_VERSION = 1
+MASK_VERSION = 3
 SYSTEM_DIRS = ("usr", "etc", "var")
 VAR_LIB_KEEP = {
     "apt", "dpkg", "ucf", "pam", "python", "misc", "systemd", "dbus", "sgml-base",
@@ -37,6 +38,20 @@ VAR_LIB_KEEP = {
 VAR_CACHE_KEEP = {"apt", "debconf", "ldconfig", "fontconfig", "man", "adduser"}
 VAR_EMPTY = {"log", "spool", "mail", "backups", "opt", "local", "tmp"}
 SANITIZE = {"etc/shadow", "etc/shadow-", "etc/gshadow", "etc/gshadow-"}
+# apt's work dirs are owned by _apt with mode 0700 on the host; a capability-less root could
+# not enter them, so the layer gives it empty ones it owns.
+ROOT_OWNED_DIRS = {
+    "var/lib/apt/lists/partial",
+    "var/lib/apt/lists/auxfiles",
+    "var/cache/apt/archives/partial",
+}
+# Files the sandbox needs because it has no capabilities (added to the layer, not masks).
+SANDBOX_FILES = {
+    "etc/apt/apt.conf.d/99t1-sandbox": (
+        "// t1 sandbox: uid 0 without capabilities cannot switch to the _apt user\n"
+        'APT::Sandbox::User "root";\n'
+    ),
+}
 
 
 def default_cache() -> Path:
@@ -163,6 +178,14 @@ def _mirror_parents(out: Path, rel: str, host_root: Path) -> None:
 
 def build_mask(out: Path, host_root: Path = Path("/")) -> None:
     """Write the mask layer for `host_root` into the empty directory `out`."""
+    for rel in sorted(ROOT_OWNED_DIRS):
+        if (host_root / rel).is_dir():
+            _mirror_parents(out, rel, host_root)
+            _opaque_dir(out / rel, None, 0o755)
+    for rel, text in SANDBOX_FILES.items():
+        if (host_root / rel).parent.is_dir():
+            _mirror_parents(out, rel, host_root)
+            (out / rel).write_text(text)
     for top in SYSTEM_DIRS:
         (out / top).mkdir(exist_ok=True)
         _copy_meta(out / top, os.lstat(host_root / top))
@@ -180,6 +203,8 @@ def build_mask(out: Path, host_root: Path = Path("/")) -> None:
     hidden = ("var/lib/", "var/cache/")
     files, dirs = secret_paths(host_root)
     for rel in dirs:
+        if rel in ROOT_OWNED_DIRS:
+            continue
         if rel.startswith(hidden) and Path(rel).parts[2] not in (VAR_LIB_KEEP | VAR_CACHE_KEEP):
             continue  # already whited-out
         if rel.startswith("var/") and Path(rel).parts[1] in VAR_EMPTY:
@@ -192,7 +217,9 @@ def build_mask(out: Path, host_root: Path = Path("/")) -> None:
             continue
         if parts[0] == "var" and parts[1] in VAR_EMPTY:
             continue
-        if any(rel.startswith(d + "/") for d in dirs):
+        if any(rel.startswith(d + "/") for d in dirs) or any(
+            rel.startswith(d + "/") for d in ROOT_OWNED_DIRS
+        ):
             continue
         _mirror_parents(out, rel, host_root)
         dst = out / rel
