@@ -60,6 +60,9 @@ class SandboxConfig:
     max_file_mb: int = 2048
     output_cap_bytes: int = 16384
     apptainer_cache: str = "~/.cache/t1/apptainer"
+    env_cache: str = "~/.cache/t1/env"  # built Dockerfile layers (t1.sandbox.envbuild)
+    provision_dir: str = ""  # offline tool cache; "" = $T1_PROVISION or ~/.cache/t1/provision
+    cow: bool = True  # copy-on-write system dirs (apt-get install works; host unchanged)
 
 
 @dataclass(frozen=True)
