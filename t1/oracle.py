@@ -107,21 +107,23 @@ def task_spec(
     image = None
     env_layer = None
     if backend == "apptainer":
-        image = _apptainer_image(task, cache_dir)
+        image = _apptainer_image(task)
     else:
         env_layer = build_task_env(task, cache_dir)
     return SandboxSpec(workdir=task.workdir, env_layer=env_layer, image=image, limits=limits)
 
 
-def _apptainer_image(task: Task, cache_dir: Path | None) -> str | None:
-    env = task.environment
-    if env.docker_image:
-        return f"docker://{env.docker_image}"
-    if env.dockerfile is not None:
-        from t1.sandbox import apptainer
+def _apptainer_image(task: Task) -> str | None:
+    """The task's .sif: its docker_image pulled, or its Dockerfile built (cached by content)."""
+    from t1.sandbox.apptainer import ensure_image
 
-        return str(apptainer.build_image(env.dockerfile, env.context, cache_dir))
-    return None
+    env = task.environment
+    if env.docker_image is None and env.dockerfile is None:
+        return None
+    sif = ensure_image(
+        docker_image=env.docker_image, dockerfile=env.dockerfile, context=env.context
+    )
+    return str(sif)
 
 
 def open_task_sandbox(

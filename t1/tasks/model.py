@@ -24,7 +24,15 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.file}: {self.field}: {self.message}"
+        return f"{_shown(self.file)}: {self.field}: {self.message}"
+
+
+def _shown(path: Path) -> str:
+    """A path relative to the current directory when it lies below it, else as it is."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 class TaskError(ValueError):
@@ -32,7 +40,7 @@ class TaskError(ValueError):
 
     def __init__(self, file: Path, field: str, problem: str):
         self.file, self.field, self.problem = Path(file), field, problem
-        super().__init__(f"{file}: {field}: {problem}")
+        super().__init__(f"{_shown(self.file)}: {field}: {problem}")
 
     @classmethod
     def of(cls, p: Problem) -> TaskError:

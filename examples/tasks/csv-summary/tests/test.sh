@@ -1,11 +1,17 @@
 #!/bin/bash
-# Harbor (v2) verifier idiom: get uv, run pytest through uvx, write the reward file.
+# Harbor (v2) verifier idiom, as in Harbor's task template: get uv, run pytest through uvx
+# (a pinned Python, the CTRF report plugin), write the reward file.
 apt-get update
 apt-get install -y curl
 curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh
 source $HOME/.local/bin/env
 
-uvx -w pytest==8.4.1 pytest /tests/test_outputs.py -rA
+uvx \
+  -p 3.13 \
+  -w pytest==8.4.1 \
+  -w pytest-json-ctrf==0.3.5 \
+  pytest --ctrf /logs/verifier/ctrf.json /tests/test_outputs.py -rA
+
 if [ $? -eq 0 ]; then
   echo 1 > /logs/verifier/reward.txt
 else
