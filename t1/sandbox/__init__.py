@@ -29,6 +29,23 @@ def make_sandbox(spec: SandboxSpec, backend: str = "bwrap") -> Sandbox:
     raise ValueError(f"unknown sandbox backend {backend!r} (known: {', '.join(BACKENDS)})")
 
 
+def spec_from_config(cfg: object, **fields: object) -> SandboxSpec:
+    """A SandboxSpec from the config's `sandbox:` section (t1.config.SandboxConfig) + fields."""
+    from pathlib import Path
+
+    base: dict[str, object] = {
+        "limits": Limits(
+            memory_mb=cfg.memory_mb, max_processes=cfg.max_processes, max_file_mb=cfg.max_file_mb
+        ),
+        "output_cap_bytes": cfg.output_cap_bytes,
+        "cow": cfg.cow,
+    }
+    if cfg.provision_dir:
+        base["provision"] = Path(cfg.provision_dir).expanduser()
+    base.update(fields)
+    return SandboxSpec(**base)
+
+
 def open_sandbox(spec: SandboxSpec, backend: str = "bwrap") -> Sandbox:
     """Start a sandbox for `spec` with `backend` (bwrap | apptainer); stop() or `with` ends it."""
     sb = make_sandbox(spec, backend)
@@ -45,4 +62,5 @@ __all__ = [
     "SandboxSpec",
     "make_sandbox",
     "open_sandbox",
+    "spec_from_config",
 ]

@@ -41,8 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from t1.sandbox import mask as maskmod
+from t1.sandbox import overlay as ovl
 from t1.sandbox.base import ExecResult, SandboxError, SandboxSpec
-from t1.sandbox.limits import Cgroup, join_script, rlimit_prefix
+from t1.sandbox.limits import Cgroup, join_script, rlimit_prefix, ulimit_script
+from t1.sandbox.overlay import Overlay
 from t1.sandbox.shell import PtyShell, outer_loop
 
 log = logging.getLogger(__name__)
@@ -65,29 +67,6 @@ def host_symlinks(host_root: Path = Path("/")) -> dict[str, str]:
         if p.is_symlink():
             out[name] = os.readlink(p)
     return out
-
-
-@dataclass
-class Overlay:
-    """One overlay mount: lowers (top first), optional upper/work, mounted at `merged`."""
-
-    lowers: list[Path]
-    merged: Path
-    upper: Path | None = None
-    work: Path | None = None
-
-    def fstab_line(self) -> str:
-        """This overlay as an fstab line (`mount -a -T FILE` mounts all in one exec)."""
-        paths = [*self.lowers, self.merged, self.upper, self.work]
-        bad = [str(p) for p in paths if p is not None and any(c in str(p) for c in " \t\n,:")]
-        if bad:
-            raise SandboxError(f"overlay paths may not contain blanks, ',' or ':': {bad[0]}")
-        opts = "lowerdir=" + ":".join(str(p) for p in self.lowers)
-        if self.upper is not None:
-            opts += f",upperdir={self.upper},workdir={self.work}"
-        else:
-            opts += ",ro"
-        return f"t1-overlay {self.merged} overlay {opts} 0 0\n"
 
 
 @dataclass
@@ -254,7 +233,9 @@ class BwrapSandbox:
 
         spec = self.spec
         as_root = os.geteuid() == 0
-        root = runtime_root() / self.name
+        runtime = runtime_root()
+        ovl.gc_stale(runtime)
+        root = runtime / self.name
         root.mkdir(parents=True)
         (root / "owner").write_text(str(os.getpid()))
         plan = self.plan = Plan(root=root)
@@ -284,9 +265,7 @@ class BwrapSandbox:
                     root, mask, spec.env_layer, prov_layer, spec.cow, self.build_into
                 )
             for ov in plan.overlays.values():
-                for p in (ov.merged, ov.upper, ov.work):
-                    if p is not None:
-                        p.mkdir(parents=True, exist_ok=True)
+                ovl.mount(ov)
             if self.build_into is None:
                 if spec.host_workdir is not None:
                     plan.workdir_host = Path(spec.host_workdir)
@@ -307,7 +286,13 @@ class BwrapSandbox:
             argv = self.launch_argv(as_root, nonce)
             (root / "argv.json").write_text(json.dumps(argv))
             self.shell = PtyShell(
-                argv, plan.ctl, CTL_INSIDE, nonce, cap=spec.output_cap_bytes, env=plan.env
+                argv,
+                plan.ctl,
+                CTL_INSIDE,
+                nonce,
+                cap=spec.output_cap_bytes,
+                env=plan.env,
+                new_session=True,
             )
             self.started_at = time.monotonic()
             self.shell.start()
@@ -316,28 +301,20 @@ class BwrapSandbox:
             raise
 
     def launch_argv(self, as_root: bool, nonce: str) -> list[str]:
+        """sh (reopens the pty as its controlling tty, joins the cgroup, sets rlimits) -> bwrap.
+
+        The caller starts it in a new session (PtyShell with new_session=True).
+        """
         assert self.plan is not None
         spec, plan = self.spec, self.plan
-        bw = bwrap_args(spec, plan, as_root, self.build_into)
-        inner = bw + outer_loop(nonce, CTL_INSIDE)
-        mounts = ""
-        if plan.overlays:
-            fstab = plan.root / "fstab"
-            fstab.write_text("".join(ov.fstab_line() for ov in plan.overlays.values()))
-            mounts = f"mount -a -T {shlex.quote(str(fstab))} || exit 126; "
-        script = join_script(self.cgroup) + mounts + 'exec "$@"'
-        pre = ["setsid", "-c"]
-        if plan.overlays:
-            pre += ["unshare", "-m", "--propagation", "private"]
-        return [
-            *pre,
-            "/bin/sh",
-            "-c",
-            script,
-            "t1-sandbox",
-            *rlimit_prefix(spec.limits, self.cgroup, as_root),
-            *inner,
-        ]
+        inner = bwrap_args(spec, plan, as_root, self.build_into) + outer_loop(nonce, CTL_INSIDE)
+        inner[0] = _which(inner[0])
+        script = 'exec 0<>"$T1_TTY" >&0 2>&0 || exit 124; unset T1_TTY; '
+        script += join_script(self.cgroup) + ulimit_script(spec.limits, self.cgroup) + 'exec "$@"'
+        rl = rlimit_prefix(spec.limits, self.cgroup, as_root, nproc_only=True)
+        if rl:
+            rl[0] = _which(rl[0])
+        return ["/bin/sh", "-c", script, "t1-sandbox", *rl, *inner]
 
     def exec(self, cmd: str, timeout: float | None = None) -> ExecResult:
         if self.shell is None:
@@ -438,7 +415,10 @@ class BwrapSandbox:
             self.cgroup.remove()
             self.cgroup = None
         if self.plan is not None:
+            for ov in self.plan.overlays.values():
+                ovl.umount(ov.merged)
             remove_tree(self.plan.root)
+            self.plan = None
 
     def __enter__(self) -> BwrapSandbox:
         if self.shell is None:

@@ -179,12 +179,27 @@ def join_script(cg: Cgroup | None) -> str:
     return "".join(f'echo $$ > "{f}" || exit 125; ' for f in files)
 
 
-def rlimit_prefix(limits: Limits, cg: Cgroup | None, as_root: bool) -> list[str]:
-    """`prlimit ... --` argv prefix for the rlimits this sandbox needs (empty if none)."""
-    rl: list[str] = []
+def ulimit_script(limits: Limits, cg: Cgroup | None) -> str:
+    """POSIX sh `ulimit` lines: RLIMIT_FSIZE (512-byte blocks), RLIMIT_AS (KiB) as fallback."""
+    out = ""
     if limits.max_file_mb is not None:
-        rl.append(f"--fsize={limits.max_file_mb * 1024 * 1024}")
+        out += f"ulimit -f {limits.max_file_mb * 2048} || exit 125; "
     if limits.memory_mb is not None and (cg is None or not cg.has_memory):
+        out += f"ulimit -v {limits.memory_mb * 1024} || exit 125; "
+    return out
+
+
+def rlimit_prefix(
+    limits: Limits, cg: Cgroup | None, as_root: bool, nproc_only: bool = False
+) -> list[str]:
+    """`prlimit ... --` argv prefix for the rlimits this sandbox needs (empty if none).
+
+    nproc_only: FSIZE and AS are set by `ulimit_script` already.
+    """
+    rl: list[str] = []
+    if limits.max_file_mb is not None and not nproc_only:
+        rl.append(f"--fsize={limits.max_file_mb * 1024 * 1024}")
+    if limits.memory_mb is not None and (cg is None or not cg.has_memory) and not nproc_only:
         rl.append(f"--as={limits.memory_mb * 1024 * 1024}")
     if limits.max_processes is not None and not as_root:
         rl.append(f"--nproc={limits.max_processes}")

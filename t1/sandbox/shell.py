@@ -122,6 +122,9 @@ class PtyShell:
     """One persistent bash behind a pty; `argv` starts the sandbox and runs `outer_loop` in it.
 
     ctl_dir: host directory the sandbox sees (read-only) at `ctl_inside`; holds rc and cmd.N.
+    new_session: start argv in a new session with $T1_TTY naming the pty; argv must open it
+        (`exec 0<>"$T1_TTY"`) to make it the controlling tty (saves a `setsid -c` exec).
+        Otherwise argv must do that itself (e.g. start with `setsid -c`).
     """
 
     def __init__(
@@ -132,9 +135,11 @@ class PtyShell:
         nonce: str,
         cap: int = 64 * 1024,
         env: dict[str, str] | None = None,
+        new_session: bool = False,
     ) -> None:
         self.argv, self.ctl_dir, self.ctl_inside = argv, Path(ctl_dir), ctl_inside
         self.nonce, self.cap, self.env = nonce, cap, env
+        self.new_session = new_session
         self.proc: subprocess.Popen[bytes] | None = None
         self.master = -1
         self.shell_pgid = -1
@@ -158,9 +163,18 @@ class PtyShell:
         attrs[3] &= ~termios.ECHO  # no echo even before the rc runs
         attrs[1] &= ~termios.ONLCR
         termios.tcsetattr(slave, termios.TCSANOW, attrs)
+        env = self.env
+        if self.new_session:  # argv must reopen $T1_TTY to make it its controlling tty
+            env = {**(env if env is not None else os.environ), "T1_TTY": os.ttyname(slave)}
         try:
             self.proc = subprocess.Popen(
-                self.argv, stdin=slave, stdout=slave, stderr=slave, env=self.env, close_fds=True
+                self.argv,
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                env=env,
+                close_fds=True,
+                start_new_session=self.new_session,
             )
         finally:
             os.close(slave)

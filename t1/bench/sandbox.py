@@ -1,0 +1,109 @@
+"""`t1 bench sandbox`: sandbox start time and shell round trip vs plain `bash -c`, side by side.
+
+    t1 bench sandbox [--n 50] [--json FILE]
+
+* start: `open_sandbox(SandboxSpec())` until its persistent shell answers (bwrap, copy-on-write
+  root, cgroup, provision bound), median of n; stop() timed apart. Target: median <= 50 ms.
+* round trip: the same trivial commands (`true`, `echo hi`) through the persistent shell of one
+  sandbox and through `subprocess.run(["bash", "-c", cmd])` outside any sandbox, interleaved
+  in one run; ratio = shell / bash -c. Target: ratio <= 1.
+Prints one JSON object (and writes it to --json FILE). Timings depend on load: the JSON
+carries the load average at start and end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--n", type=int, default=50, help="samples per figure (>= 50 for the record)"
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write the JSON here")
+
+
+def _ms(xs: list[float]) -> dict[str, float]:
+    xs = sorted(xs)
+    return {
+        "median": round(statistics.median(xs) * 1000, 3),
+        "p10": round(xs[len(xs) // 10] * 1000, 3),
+        "p90": round(xs[(len(xs) * 9) // 10] * 1000, 3),
+    }
+
+
+def bench(n: int) -> dict:
+    from t1.sandbox import SandboxSpec, open_sandbox
+
+    load0 = os.getloadavg()
+    open_sandbox(SandboxSpec()).stop()  # warm: mask layer, page cache
+    starts, stops = [], []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        sb = open_sandbox(SandboxSpec())
+        t1 = time.perf_counter()
+        sb.stop()
+        starts.append(t1 - t0)
+        stops.append(time.perf_counter() - t1)
+    ro_starts = []
+    for _ in range(max(n // 5, 5)):
+        t0 = time.perf_counter()
+        sb = open_sandbox(SandboxSpec(cow=False))
+        ro_starts.append(time.perf_counter() - t0)
+        sb.stop()
+    rt: dict[str, dict[str, list[float]]] = {}
+    with open_sandbox(SandboxSpec()) as sb:
+        for cmd in ("true", "echo hi"):
+            shell, plain = [], []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                r = sb.exec(cmd, timeout=10)
+                shell.append(time.perf_counter() - t0)
+                assert r.exit_code == 0
+                t0 = time.perf_counter()
+                subprocess.run(["bash", "-c", cmd], stdout=subprocess.DEVNULL, check=True)
+                plain.append(time.perf_counter() - t0)
+            rt[cmd] = {"shell": shell, "bash_c": plain}
+    out = {
+        "schema_version": 1,
+        "status": "ok",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": f"t1 bench sandbox --n {n}",
+        "n": n,
+        "cpus": os.cpu_count(),
+        "loadavg_start": [round(x, 2) for x in load0],
+        "start_ms": _ms(starts),
+        "start_ms_readonly_root": _ms(ro_starts),
+        "stop_ms": _ms(stops),
+        "roundtrip_ms": {},
+        "targets": {"start_median_ms": 50, "roundtrip_ratio": 1.0},
+    }
+    for cmd, d in rt.items():
+        s, b = _ms(d["shell"]), _ms(d["bash_c"])
+        out["roundtrip_ms"][cmd] = {
+            "persistent_shell": s,
+            "bash_c_outside": b,
+            "ratio_median": round(s["median"] / b["median"], 3),
+        }
+    out["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    out["start_target_met"] = out["start_ms"]["median"] <= 50
+    out["roundtrip_target_met"] = all(v["ratio_median"] <= 1 for v in out["roundtrip_ms"].values())
+    return out
+
+
+def main(args: argparse.Namespace) -> int:
+    res = bench(args.n)
+    text = json.dumps(res, indent=2)
+    print(text)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.json.with_suffix(args.json.suffix + ".tmp")
+        tmp.write_text(text + "\n")
+        tmp.rename(args.json)
+    return 0
