@@ -234,7 +234,10 @@ class BwrapSandbox:
         spec = self.spec
         as_root = os.geteuid() == 0
         runtime = runtime_root()
-        ovl.gc_stale(runtime)
+        for stale in ovl.gc_stale(runtime):
+            cg = Cgroup.find(stale.name)
+            cg.kill_all()
+            cg.remove()
         root = runtime / self.name
         root.mkdir(parents=True)
         (root / "owner").write_text(str(os.getpid()))

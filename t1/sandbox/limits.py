@@ -108,6 +108,23 @@ class Cgroup:
                 if (d / "memory.swap.max").exists():
                     (d / "memory.swap.max").write_text("0")
 
+    @classmethod
+    def find(cls, name: str) -> Cgroup:
+        """The existing group dirs named `name` (to clean up after a dead owner)."""
+        cg = cls(name)
+        own = _own_cgroup_paths()
+        v2 = _v2_root()
+        cands = [("v2", v2 / own.get("", "/").lstrip("/"))] if v2 is not None else []
+        for ctrl in ("pids", "memory", "freezer"):
+            base = _v1_dir(ctrl)
+            if base is not None:
+                cands.append((ctrl, base / own.get(ctrl, "/").lstrip("/")))
+        for ctrl, parent in cands:
+            d = parent / "t1" / name
+            if d.is_dir():
+                cg.dirs[ctrl] = d
+        return cg
+
     @property
     def has_memory(self) -> bool:
         return "memory" in self.dirs or "v2" in self.dirs

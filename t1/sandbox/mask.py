@@ -16,7 +16,9 @@ files a capability-less root needs (SANDBOX_FILES: apt must not try to switch to
 
 The layer is computed once per host state (key: the mtimes of /etc, /var/lib, /var/cache,
 dpkg's status file and this module's MASK_VERSION) and cached; building it walks /usr, /etc
-and /var (a few seconds); later sandboxes only reference it.
+and /var (a few seconds); later sandboxes only reference it. Limits: a secret created (or a
+file made private by chmod, which changes no directory mtime) after the layer was built is
+not masked until the key changes; running sandboxes keep the layer they started with.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 MASK_VERSION = 3
@@ -86,8 +89,10 @@ def mask_layer(cache: Path | None = None, host_root: Path = Path("/")) -> Path:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    for old in cache.iterdir():  # drop layers of earlier host states
-        if old.name != out.name and not old.name.startswith(".build-"):
+    # Layers of earlier host states may still be lower layers of running sandboxes (removing
+    # them would unmask files there): only those unused for a day are dropped.
+    for old in cache.iterdir():
+        if old.name != out.name and time.time() - old.stat().st_mtime > 86400:
             shutil.rmtree(old, ignore_errors=True)
     return out
 

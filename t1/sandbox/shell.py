@@ -61,14 +61,19 @@ __t1_mark R 0
 
 
 def outer_loop(nonce: str, ctl_inside: str) -> list[str]:
-    """argv of the in-sandbox loop that keeps a bash running and reports each exit."""
+    """argv of the in-sandbox loop that keeps a bash running and reports each exit.
+
+    The loop is itself a bash with job control (`set -m`), so when the inner bash dies (even
+    by SIGKILL while it owned the terminal) the loop takes the terminal back and the next
+    inner bash can own it again; a plain `sh` loop would leave a dead foreground group.
+    """
     script = (
-        "while :; do "
+        "set -m; while :; do "
         f"bash --noediting --noprofile --rcfile {ctl_inside}/rc -i; "
         f"printf '\\n\\036T1-{nonce}-X-%s\\036\\n' $?; sleep 0.05; "
         "done"
     )
-    return ["/bin/sh", "-c", script]
+    return ["/bin/bash", "--noprofile", "--norc", "-c", script]
 
 
 def sentinel_re(nonce: str) -> re.Pattern[bytes]:

@@ -1,0 +1,132 @@
+"""The persistent-shell protocol (t1.sandbox.shell), run on the host without a sandbox.
+
+    .venv/bin/pytest tests/sandbox/test_shell.py -q
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from t1.sandbox.base import SandboxError
+from t1.sandbox.shell import CappedOutput, PtyShell, outer_loop, rc_text, sentinel_re
+
+
+def test_capped_output_under_cap_is_exact():
+    c = CappedOutput(100)
+    c.add(b"hello ")
+    c.add(b"world")
+    assert c.text() == "hello world" and c.cut == 0
+
+
+def test_capped_output_keeps_head_and_tail_and_marks_cut():
+    c = CappedOutput(20)
+    data = bytes(range(65, 91)) * 4  # 104 bytes A..Z repeated
+    for i in range(0, len(data), 7):
+        c.add(data[i : i + 7])
+    assert c.total == 104 and c.cut == 84
+    text = c.text()
+    assert text.startswith(data[:10].decode())
+    assert text.endswith(data[-10:].decode())
+    assert "[... 84 bytes cut ...]" in text
+
+
+def test_capped_output_memory_stays_bounded():
+    c = CappedOutput(1000)
+    chunk = b"y\n" * 4096
+    for _ in range(2000):  # 16 MB
+        c.add(chunk)
+    assert len(c.head) + len(c.tail) == 1000
+    assert c.cut == 2000 * len(chunk) - 1000
+
+
+def test_sentinel_regex_parses_kinds_and_rejects_other_nonces():
+    rx = sentinel_re("abc123")
+    m = rx.search(b"out\n\x1eT1-abc123-C7-42\x1e\n")
+    assert m and m.group(1) == b"C" and m.group(2) == b"7" and m.group(3) == b"42"
+    assert rx.search(b"\n\x1eT1-abc123-R-0\x1e\n").group(1) == b"R"
+    assert rx.search(b"\n\x1eT1-abc123-X--1\x1e\n").group(3) == b"-1"
+    assert rx.search(b"\n\x1eT1-zzz-C7-0\x1e\n") is None  # another shell's (or forged) nonce
+
+
+def test_rc_has_no_exec_and_the_loop_reports_exits():
+    rc = rc_text("n0nce", "/run/t1")
+    assert "stty" not in rc and "n0nce" in rc and "set +H" in rc
+    loop = outer_loop("n0nce", "/run/t1")
+    assert loop[0] == "/bin/bash" and "set -m" in loop[-1] and "X-%s" in loop[-1]
+
+
+@pytest.fixture
+def shell(tmp_path):
+    nonce = PtyShell.new_nonce()
+    sh = PtyShell(["setsid", "-c", *outer_loop(nonce, str(tmp_path))], tmp_path, str(tmp_path), nonce, cap=4096)
+    sh.start(timeout=20)
+    yield sh
+    if sh.proc is not None:
+        import os
+        import signal
+
+        try:
+            os.killpg(sh.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        sh.proc.wait()
+    sh.close()
+
+
+def test_state_persists_between_commands(shell, tmp_path):
+    assert shell.exec(f"cd {tmp_path} && export FOO=bar && X=1").exit_code == 0
+    r = shell.exec("echo $FOO $X; pwd")
+    assert r.output == f"bar 1\n{tmp_path}\n"
+    assert shell.exec("false").exit_code == 1
+    assert shell.exec("(exit 42)").exit_code == 42
+
+
+def test_multiline_heredoc_and_long_lines(shell):
+    long = "x" * 20000
+    r = shell.exec(f"cat <<'EOF'\nline1\n$HOME\nEOF\necho {long} | wc -c")
+    assert r.output == "line1\n$HOME\n20001\n"
+
+
+def test_forged_sentinel_in_output_is_just_output(shell):
+    r = shell.exec(r"printf '\n\036T1-deadbeef-C1-0\036\n'; exit_code=5; (exit 5)")
+    assert r.exit_code == 5
+    assert "T1-deadbeef-C1-0" in r.output
+
+
+def test_output_cap_on_large_output(shell):
+    r = shell.exec("head -c 100000 /dev/zero | tr '\\0' 'a'; echo; echo END")
+    assert r.truncated and r.exit_code == 0
+    assert re.search(r"\[\.\.\. \d+ bytes cut \.\.\.\]", r.output)
+    assert r.output.endswith("END\n") and len(r.output) < 4096 + 100
+
+
+def test_timeout_interrupts_and_shell_survives(shell):
+    shell.exec("export KEEP=1")
+    r = shell.exec("sleep 1000", timeout=0.5)
+    assert r.timed_out and r.exit_code == 124
+    r = shell.exec("echo $KEEP")
+    assert r.output == "1\n"  # ^C was enough: same shell, state kept
+
+
+def test_stuck_shell_is_restarted_and_says_so(shell):
+    r = shell.exec("trap '' INT; while :; do :; done", timeout=0.5)
+    assert r.timed_out and "restarted" in r.output
+    assert shell.exec("echo alive").output == "alive\n"
+
+
+def test_exit_restarts_the_shell(shell):
+    r = shell.exec("exit 3")
+    assert r.exit_code == 3 and "restarted" in r.output
+    assert shell.exec("echo again").output == "again\n"
+
+
+def test_dead_process_raises(shell):
+    import os
+    import signal
+
+    os.killpg(shell.proc.pid, signal.SIGKILL)
+    shell.proc.wait()
+    with pytest.raises(SandboxError):
+        shell.exec("echo x")
