@@ -209,6 +209,16 @@ class CampaignConfig:
     stop_margin_s: float = 300.0  # stop this long before the Slurm time limit
     kill_grace_s: float = 10.0  # SIGTERM -> SIGKILL delay for a hung child or leftover service
     verify_checkpoints: str = "sha256"  # sha256 | size (multi-GB checkpoints on trusted disks)
+    # portable resources of the heavy rules (segments, SFT, critic warm-up, evaluation);
+    # partition, account, gres type live in profiles/slurm
+    gpus: int = 0  # per node; 0 = CPU
+    nodes: int = 1
+    cpus: int = 2
+    mem_mb: int = 6000
+    segment_minutes: int = 120  # Slurm time limit of one segment job (size K to fit in it)
+    train_minutes: int = 240  # SFT, critic warm-up, evaluation jobs
+    synthesize: bool = False  # pool the synthesized tasks (t1 synth) with tasks.train_dirs
+    trainer_image: str = "containers/trainer.sif"  # rules run in it with --sdm apptainer
 
 
 @dataclass(frozen=True)

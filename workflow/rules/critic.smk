@@ -1,0 +1,55 @@
+# Critic warm-up: rollouts of the SFT policy over the training pool, then one epoch of value
+# training on their binary (all assertions pass) outcomes before any policy step.
+
+
+rule warmup_rollout:
+    input:
+        cfg=pinned,
+        tok=tokenizer_dir,
+        pool=f"{RESULTS}/{{run}}/pool/train/manifest.json",
+        sft=rules.sft.output,
+    output:
+        f"{RESULTS}/{{run}}/critic/rollout/rollout.json",
+    log:
+        f"{RESULTS}/{{run}}/logs/warmup_rollout.log",
+    container:
+        TRAINER_IMAGE
+    threads: conf("rollout.workers")
+    resources:
+        runtime=TRAIN_MIN,
+        mem_mb=MEM_MB,
+        cpus_per_task=CPUS,
+        nodes=NODES,
+        gpu=GPUS,
+    params:
+        policy=lambda w: f"{RESULTS}/{w.run}/sft/model/actor",
+        pool=lambda w: f"{RESULTS}/{w.run}/pool/train",
+        out=lambda w: f"{RESULTS}/{w.run}/critic/rollout",
+    shell:
+        "t1 rollout --config {input.cfg} --policy {params.policy} --tokenizer {input.tok} --tasks {params.pool} --out {params.out} &> {log}"
+
+
+rule warmup_critic:
+    input:
+        cfg=pinned,
+        rollout=rules.warmup_rollout.output,
+        sft=rules.sft.output,
+    output:
+        f"{RESULTS}/{{run}}/critic/warmup/DONE.json",
+    log:
+        f"{RESULTS}/{{run}}/logs/critic_warmup.log",
+    container:
+        TRAINER_IMAGE
+    threads: CPUS
+    resources:
+        runtime=TRAIN_MIN,
+        mem_mb=MEM_MB,
+        cpus_per_task=CPUS,
+        nodes=NODES,
+        gpu=GPUS,
+    params:
+        rollout=lambda w: f"{RESULTS}/{w.run}/critic/rollout",
+        sft=lambda w: f"{RESULTS}/{w.run}/sft/model",
+        out=lambda w: f"{RESULTS}/{w.run}/critic/warmup",
+    shell:
+        "t1 train --config {input.cfg} --stage critic_warmup --in {params.rollout} --from {params.sft} --out {params.out} &> {log}"

@@ -1,0 +1,25 @@
+# Evaluation of the SFT policy (the baseline) and of the final PPO policy on the eval pool.
+
+
+rule evaluate_policy:
+    input:
+        unpack(eval_inputs),
+    output:
+        f"{RESULTS}/{{run}}/eval/{{stage}}/DONE.json",
+    log:
+        f"{RESULTS}/{{run}}/logs/evaluate_{{stage}}.log",
+    container:
+        TRAINER_IMAGE
+    threads: conf("rollout.workers")
+    resources:
+        runtime=TRAIN_MIN,
+        mem_mb=MEM_MB,
+        cpus_per_task=CPUS,
+        nodes=NODES,
+        gpu=GPUS,
+    params:
+        policy=eval_policy,
+        pool=lambda w: f"{RESULTS}/{w.run}/pool/eval",
+        out=lambda w: f"{RESULTS}/{w.run}/eval/{w.stage}",
+    shell:
+        "t1 evaluate --config {input.cfg} --policy {params.policy} --tokenizer {input.tok} --tasks {params.pool} --out {params.out} &> {log}"

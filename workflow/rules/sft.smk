@@ -1,0 +1,50 @@
+# SFT: execute the reference solutions as tool calls (expert trajectories), then train on them.
+
+
+rule expert_rollout:
+    input:
+        cfg=pinned,
+        tok=tokenizer_dir,
+        pool=f"{RESULTS}/{{run}}/pool/train/manifest.json",
+    output:
+        f"{RESULTS}/{{run}}/sft/expert/rollout.json",
+    log:
+        f"{RESULTS}/{{run}}/logs/expert_rollout.log",
+    container:
+        TRAINER_IMAGE
+    threads: conf("rollout.workers")
+    resources:
+        runtime=TRAIN_MIN,
+        mem_mb=MEM_MB,
+        cpus_per_task=conf("rollout.workers"),
+    params:
+        pool=lambda w: f"{RESULTS}/{w.run}/pool/train",
+        out=lambda w: f"{RESULTS}/{w.run}/sft/expert",
+    shell:
+        "t1 rollout --config {input.cfg} --expert --tokenizer {input.tok} --tasks {params.pool} --out {params.out} &> {log}"
+
+
+rule sft:
+    input:
+        cfg=pinned,
+        tok=tokenizer_dir,
+        expert=rules.expert_rollout.output,
+        policy=rules.init_policy.output,
+    output:
+        f"{RESULTS}/{{run}}/sft/model/DONE.json",
+    log:
+        f"{RESULTS}/{{run}}/logs/sft.log",
+    container:
+        TRAINER_IMAGE
+    threads: CPUS
+    resources:
+        runtime=TRAIN_MIN,
+        mem_mb=MEM_MB,
+        cpus_per_task=CPUS,
+        nodes=NODES,
+        gpu=GPUS,
+    params:
+        expert=lambda w: f"{RESULTS}/{w.run}/sft/expert",
+        out=lambda w: f"{RESULTS}/{w.run}/sft/model",
+    shell:
+        "t1 train --config {input.cfg} --stage sft --in {params.expert} --from {input.policy} --tokenizer {input.tok} --out {params.out} &> {log}"
