@@ -19,7 +19,8 @@ the engine's sequence X = P + sampled (t1.engine.base). A stream position takes 
 first capture whose position maps onto it: identically where the stream equals X (strict,
 normalized, split, and the common prefix in every case); after a retokenized boundary, the
 appended P[c':] + sampled map onto X[c':], and the common suffix of S and P[:c'] (e.g. the
-`<|im_end|>` that closed the turn) onto its counterpart in P[:c']. Positions nothing maps onto
+`<|im_end|>` that closed the turn) onto its counterpart in P[:c']; a segment started by a split
+takes the earlier segment's rows for the prefix they share. Positions nothing maps onto
 hold -1 ("placeholder: use live routing"). Every loss position must have a row, except the last
 position of a segment (no prediction in the segment depends on its routing; engines never
 capture it): a missing one raises TitoError, which the rollout turns into status ABORTED.
@@ -188,6 +189,13 @@ class _Stream:
             self.routing[d][new] = rows[lo - start : hi - start][new]
         self.filled[d] = True
 
+    def inherit(self, other: _Stream, n: int) -> None:
+        """Take `other`'s routing rows for positions < n (same ids, same prefix)."""
+        if self.routing is None or n <= 0:
+            return
+        self.routing[:n] = other.routing[:n]
+        self.filled[:n] = other.filled[:n]
+
     def routing_out(self) -> np.ndarray | None:
         """int16 [n, L, k] with -1 at every position no capture mapped onto."""
         if self.routing is None:
@@ -204,7 +212,13 @@ def _route_shape(turns: Sequence[Turn]) -> tuple[int, int] | None:
     if not all(have):
         i = have.index(False)
         raise TitoError(f"turn {i} has no routing capture while other turns have one")
-    return tuple(turns[0].routing.shape[1:])
+    shape = tuple(turns[0].routing.shape[1:])
+    for i, t in enumerate(turns):
+        if tuple(t.routing.shape[1:]) != shape:
+            raise TitoError(
+                f"turn {i}: routing rows are {tuple(t.routing.shape[1:])}, turn 0's are {shape}"
+            )
+    return shape
 
 
 def _special_lookup(tokenizer) -> np.ndarray:
@@ -215,10 +229,16 @@ def _special_lookup(tokenizer) -> np.ndarray:
     return table
 
 
+_SPECIAL_CACHE: dict[int, tuple[Any, np.ndarray]] = {}
+
+
 class _Decoder:
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
-        self.special = _special_lookup(tokenizer)
+        cached = _SPECIAL_CACHE.get(id(tokenizer))
+        if cached is None or cached[0] is not tokenizer:
+            cached = _SPECIAL_CACHE[id(tokenizer)] = (tokenizer, _special_lookup(tokenizer))
+        self.special = cached[1]
 
     def __call__(self, ids: np.ndarray) -> str:
         return self.tokenizer.decode(
@@ -283,14 +303,15 @@ def assemble(
             stream.truncate(c)
             stream.append(P[c:], PROMPT, t, c)
         elif rel == "retokenized":
-            keep[t] = cut
+            keep[t], c = cut, min(c, cut)
             stream.append(P[cut:], PROMPT, t, cut)
         else:
-            _close(stream, segments, turns, keep, split_turns)
-            stream = _Stream(shape, cap + 1024)
+            old, stream = stream, _Stream(shape, cap + 1024)
             split_turns.append(t)
             keep[t] = 0
             stream.append(P, PROMPT, t, 0)
+            stream.inherit(old, c)  # the common prefix has the same context in both segments
+            _close(old, segments, turns, keep, split_turns)
         if rel == "retokenized":  # the stream before G is S + P[cut:], P is P[:cut] + P[cut:]
             audit.context_drift[rel] += len(G)
         stream.append(G, SAMPLED, t, 0, turn.logprobs)
