@@ -16,7 +16,15 @@ import pytest
 from conftest import requires_bwrap
 
 from t1.cli import main
-from t1.oracle import ROW_KEYS, format_table, needs_build, run_many, run_solution, task_spec
+from t1.oracle import (
+    ROW_KEYS,
+    format_table,
+    needs_build,
+    run_many,
+    run_solution,
+    run_task,
+    task_spec,
+)
 from t1.reward import RewardSpec
 from t1.sandbox import Limits
 from t1.tasks import find_tasks, load_task
@@ -201,3 +209,11 @@ def test_tests_arrive_only_with_the_verifier():
         and result.source == "none"
         and "verifier_helpers_that_do_not_exist" in result.error
     )
+
+
+@pytest.mark.skipif(
+    __import__("shutil").which("apptainer") is not None, reason="apptainer is installed here"
+)
+def test_apptainer_without_the_binary_is_a_clear_row_error():
+    row = run_task(load_task(TASKS / "word-frequency"), backend="apptainer")
+    assert "apptainer is not installed" in row["error"] and row["total"] == 0

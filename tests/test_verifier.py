@@ -217,3 +217,18 @@ def test_verifier_commands_follow_each_harness():
     v2 = verifier_command(load_task(REPO / "examples/tasks/csv-summary"))
     assert "TEST_DIR" not in v2 and "bash /tests/test.sh" in v2
     assert "--junitxml=/logs/verifier/junit.xml" in v2 and "-rA" in v2
+
+
+def test_v1_same_shell_runs_where_the_agent_left_off(tmp_path):
+    import shutil
+
+    task_dir = tmp_path / "word-frequency"
+    shutil.copytree(REPO / "examples/tasks/word-frequency", task_dir)
+    text = (
+        (task_dir / "task.yaml")
+        .read_text()
+        .replace("run_tests_in_same_shell: false", "run_tests_in_same_shell: true")
+    )
+    (task_dir / "task.yaml").write_text(text)
+    cmd = verifier_command(load_task(task_dir))
+    assert cmd.startswith("env PYTEST_ADDOPTS=") and "cd " not in cmd
