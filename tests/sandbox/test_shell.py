@@ -1,6 +1,6 @@
 """The persistent-shell protocol (t1.sandbox.shell), run on the host without a sandbox.
 
-    .venv/bin/pytest tests/sandbox/test_shell.py -q
+.venv/bin/pytest tests/sandbox/test_shell.py -q
 """
 
 from __future__ import annotations
@@ -60,7 +60,13 @@ def test_rc_has_no_exec_and_the_loop_reports_exits():
 @pytest.fixture
 def shell(tmp_path):
     nonce = PtyShell.new_nonce()
-    sh = PtyShell(["setsid", "-c", *outer_loop(nonce, str(tmp_path))], tmp_path, str(tmp_path), nonce, cap=4096)
+    sh = PtyShell(
+        ["setsid", "-c", *outer_loop(nonce, str(tmp_path))],
+        tmp_path,
+        str(tmp_path),
+        nonce,
+        cap=4096,
+    )
     sh.start(timeout=20)
     yield sh
     if sh.proc is not None:
