@@ -131,14 +131,15 @@ class Glue:
         )
 
 
-_GLUE_CACHE: dict[int, Glue] = {}
+_GLUE_CACHE: dict[int, tuple[Any, Glue]] = {}
 
 
 def glue_of(tokenizer) -> Glue:
-    key = id(tokenizer)
-    if key not in _GLUE_CACHE:
-        _GLUE_CACHE[key] = Glue.of(tokenizer)
-    return _GLUE_CACHE[key]
+    """`Glue.of(tokenizer)`, computed once per tokenizer object."""
+    cached = _GLUE_CACHE.get(id(tokenizer))
+    if cached is None or cached[0] is not tokenizer:
+        cached = _GLUE_CACHE[id(tokenizer)] = (tokenizer, Glue.of(tokenizer))
+    return cached[1]
 
 
 def observation_ids(tokenizer, sampled_ids: Sequence[int], observation: str) -> list[int]:
