@@ -65,5 +65,5 @@ rule synthesize:
 
 rule evaluate:
     input:
-        expand(f"{RESULTS}/{NAME}/eval/{{stage}}/DONE.json", stage=["sft", "ppo"]),
+        expand(f"{RESULTS}/{NAME}/eval/{{stage}}/eval.json", stage=["sft", "ppo"]),
     localrule: True

@@ -29,8 +29,11 @@ Exit codes (documented contract, also for children):
     1   a child's restart budget is spent, or it failed fatally
     2   bad arguments or spec
 
-Every incident (child died / hung / restarted, budget spent, stop requested, stop timed out)
-is a JSON line in DIR/incidents.jsonl (t1.incidents). Spec file (YAML; `{workdir}` and
+One supervisor runs per DIR at a time (DIR/supervise.lock; a second one waits, e.g. when a
+killed snakemake left its job running and the rerun starts the segment again).
+
+Every incident (child died / hung / restarted, budget spent, stop requested, stop timed out,
+waiting for the lock) is a JSON line in DIR/incidents.jsonl (t1.incidents). Spec file (YAML; `{workdir}` and
 `{config}` in commands are filled in; per-child keys override the config's `campaign.*`):
 
     schema_version: 1
@@ -53,8 +56,11 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime as dt
+import fcntl
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -333,7 +339,41 @@ class Supervisor:
 
     # ------------------------------------------------------------------ the loop
 
+    def acquire_lock(self) -> bool:
+        """One supervisor per workdir: an orphan of a killed snakemake, or the job of an
+        earlier submission still running, holds WORKDIR/supervise.lock; wait for it (a stop
+        request while waiting gives up). The kernel drops the lock when its holder dies."""
+        self._lock = open(self.workdir / "supervise.lock", "a+")  # held until exit
+        waited = False
+        while True:
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not waited:
+                    self._lock.seek(0)
+                    holder = self._lock.read().strip() or "unknown"
+                    self.incident("lock_wait", holder=holder, action="wait for it to finish")
+                    waited = True
+                if self.stop_reason is not None:
+                    return False
+                time.sleep(0.5)
+        self._lock.seek(0)
+        self._lock.truncate()
+        holder = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "slurm_job": os.environ.get("SLURM_JOB_ID"),
+            "since": time.time(),
+        }
+        self._lock.write(json.dumps(holder))
+        self._lock.flush()
+        return True
+
     def run(self) -> int:
+        if not self.acquire_lock():
+            self.say(f"stopped while waiting for the lock ({self.stop_reason})")
+            return EXIT_REQUEUE
         for c in self.children:
             c.spawn()
             self.say(f"started {c.spec.name} (pid {c.proc.pid}): {' '.join(c.spec.cmd)}")

@@ -339,3 +339,17 @@ def test_bad_spec_is_refused_with_its_file_named(tmp_path, spec, words):
     path.write_text(spec)
     rc, out = run_supervise("--workdir", str(tmp_path / "wd"), "--spec", str(path))
     assert rc == EXIT_USAGE and words in out and str(path) in out
+
+
+def test_second_supervisor_on_a_workdir_waits_for_the_first(tmp_path, trainer):
+    wd, root = tmp_path / "wd", tmp_path / "ckpt"
+    first = supervise(
+        "--workdir", str(wd), *FAST, "--", *trainer, str(root), "15", env={"STEP_S": "0.1"}
+    )
+    wait_for_progress(root, 2)
+    rc, out = run_supervise("--workdir", str(wd), *FAST, "--", *trainer, str(root), "15")
+    first_out, _ = first.communicate(timeout=60)
+    assert first.returncode == EXIT_DONE, first_out
+    assert rc == EXIT_DONE and "resume at 15" in out, out  # ran only after the first finished
+    wait = read_incidents(wd / "incidents.jsonl")[0]
+    assert wait["kind"] == "lock_wait" and f'"pid": {first.pid}' in wait["holder"]

@@ -5,7 +5,7 @@ rule evaluate_policy:
     input:
         unpack(eval_inputs),
     output:
-        f"{RESULTS}/{{run}}/eval/{{stage}}/DONE.json",
+        f"{RESULTS}/{{run}}/eval/{{stage}}/eval.json",
     log:
         f"{RESULTS}/{{run}}/logs/evaluate_{{stage}}.log",
     container:
@@ -22,4 +22,4 @@ rule evaluate_policy:
         pool=lambda w: f"{RESULTS}/{w.run}/pool/eval",
         out=lambda w: f"{RESULTS}/{w.run}/eval/{w.stage}",
     shell:
-        "t1 evaluate --config {input.cfg} --policy {params.policy} --tokenizer {input.tok} --tasks {params.pool} --out {params.out} &> {log}"
+        "t1 evaluate --config {input.cfg} --policy {params.policy} --tokenizer {input.tok} --tasks {params.pool} --label {wildcards.stage} --out {params.out} &> {log}"

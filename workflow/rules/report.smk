@@ -6,7 +6,7 @@ rule report:
         cfg=pinned,
         final=lambda w: final_segment(w.run),
         evals=expand(
-            f"{RESULTS}/{{{{run}}}}/eval/{{stage}}/DONE.json", stage=["sft", "ppo"]
+            f"{RESULTS}/{{{{run}}}}/eval/{{stage}}/eval.json", stage=["sft", "ppo"]
         ),
     output:
         f"{RESULTS}/{{run}}/report.md",
