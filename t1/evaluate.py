@@ -66,12 +66,13 @@ def main(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     run_dir = Path(cfg.run.results_dir) / cfg.run.name
-    tokenizer = load_tokenizer(args.tokenizer or run_dir / "tokenizer")
+    tokenizer_dir = args.tokenizer or run_dir / "tokenizer"
+    tokenizer = load_tokenizer(tokenizer_dir)
     tasks = load_tasks(args.tasks or cfg.tasks.eval_dirs)
     batch_tasks = [t for t in tasks for _ in range(max(1, args.samples))]
     engine = make_engine(cfg, args.policy)
     batch = collect(batch_tasks, engine, tokenizer, cfg, admit=len(batch_tasks), seed=cfg.run.seed)
-    write_batch(batch, args.out)
+    write_batch(batch, args.out, tokenizer_dir)
     summary = summarize(batch.admitted)
     doc = {
         "schema_version": SCHEMA_VERSION,

@@ -169,10 +169,15 @@ def collect(
     return batch
 
 
-def write_batch(batch: RolloutBatch, out: Path) -> None:
-    """Trajectories under out/trajectories, the summary as out/rollout.json (atomic)."""
+def write_batch(batch: RolloutBatch, out: Path, tokenizer_dir: Path | None = None) -> None:
+    """Trajectories under out/trajectories, the summary as out/rollout.json (atomic).
+
+    `tokenizer_dir` is recorded in each trajectory's metadata (t1 tito-audit needs it to
+    recognise retokenized boundaries)."""
     out.mkdir(parents=True, exist_ok=True)
     for i, traj in enumerate(batch.admitted):
+        if tokenizer_dir is not None:
+            traj.metadata.setdefault("tokenizer", str(Path(tokenizer_dir).resolve()))
         save_trajectory(traj, out / "trajectories" / f"{i:04d}-{traj.task_id}")
     tmp = out / "rollout.json.tmp"
     tmp.write_text(json.dumps(batch.summary(), indent=1))
@@ -228,7 +233,8 @@ def main(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     run_dir = Path(cfg.run.results_dir) / cfg.run.name
-    tokenizer = load_tokenizer(args.tokenizer or run_dir / "tokenizer")
+    tokenizer_dir = args.tokenizer or run_dir / "tokenizer"
+    tokenizer = load_tokenizer(tokenizer_dir)
     tasks = load_tasks(args.tasks or cfg.tasks.train_dirs)
     if args.expert:
         batch = expert_batch(tasks, tokenizer, cfg)
@@ -239,7 +245,7 @@ def main(args: argparse.Namespace) -> int:
         batch_tasks = [tasks[i % len(tasks)] for i in range(launch)]
         engine = make_engine(cfg, args.policy)
         batch = collect(batch_tasks, engine, tokenizer, cfg, admit=args.admit, seed=args.seed)
-    write_batch(batch, args.out)
+    write_batch(batch, args.out, tokenizer_dir)
     s = batch.summary()
     print(
         f"rollout: {s['admitted']} admitted of {s['launched']} launched, {s['dropped']} dropped, "

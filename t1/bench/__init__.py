@@ -4,6 +4,7 @@
     t1 bench rollout                   (t1/bench/rollout.py)
     t1 bench train                     (t1/bench/train.py)
     t1 bench ckpt                      (t1/bench/ckpt.py)
+    t1 bench gap                       (t1/bench/gap.py: train-inference gap, 3 settings)
 
 Each benchmark module defines `add_arguments(parser)` and `main(args) -> int`. Figures go into
 LOG.md with the date and the command; tests never assert timings.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCHMARKS = ("sandbox", "rollout", "train", "ckpt")
+BENCHMARKS = ("sandbox", "rollout", "train", "ckpt", "gap")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
