@@ -11,7 +11,9 @@ What the sandbox sees:
 * Everything else starts empty: a tmpfs root (with an env layer's rootfs: an overlay of it),
   `/root` and `/home` empty, tmpfs `/tmp`, `/run`, `/dev/shm`; the host's /root, /home, /opt,
   /srv, /mnt, /work, /tmp are not there.
-* Writable binds: the workdir (`spec.workdir`, from a fresh host dir) and `/logs`.
+* Writable binds: the workdir (`spec.workdir`, from a fresh host dir) and `/logs`. Both are
+  the sandbox's own dirs unless `spec.host_workdir` / `spec.logs_dir` name host dirs: its own
+  vanish at stop(), so read results (e.g. /logs/verifier/reward.txt) before, or pass dirs.
   The provision cache (t1.sandbox.provision) is read-only at /opt/t1.
 * Namespaces: pid, ipc, uts (hostname `sandbox`), net (none: not even the host's loopback)
   unless `spec.network`; user too when not run as root. `--cap-drop ALL`: bwrap run by real
@@ -36,6 +38,7 @@ import os
 import shlex
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -420,7 +423,7 @@ class BwrapSandbox:
         if self.plan is not None:
             for ov in self.plan.overlays.values():
                 ovl.umount(ov.merged)
-            remove_tree(self.plan.root)
+            remove_tree_later(self.plan.root)
             self.plan = None
 
     def __enter__(self) -> BwrapSandbox:
@@ -449,6 +452,20 @@ def _copy(src: Path, dst: Path) -> None:
         shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
     else:
         shutil.copy2(src, dst, follow_symlinks=False)
+
+
+def remove_tree_later(root: Path) -> None:
+    """Rename a stopped sandbox's dir aside now and delete it on a background thread.
+
+    Deleting upper/work dirs costs tens of ms on a busy disk; stop() should not wait for it.
+    A trash dir left by a process that exits first is removed by the next gc_stale.
+    """
+    trash = root.with_name(".trash-" + root.name)
+    try:
+        root.rename(trash)
+    except OSError:
+        trash = root
+    threading.Thread(target=remove_tree, args=(trash,), name="t1-sandbox-rm", daemon=True).start()
 
 
 def remove_tree(root: Path) -> None:

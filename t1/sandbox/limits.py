@@ -1,4 +1,4 @@
-"""Per-sandbox cgroup (pids, memory, freezer) and rlimits: the resource limits of bwrap sandboxes.
+"""Per-sandbox cgroup (pids, memory, freezer, cpu) and rlimits: the resource limits of bwrap sandboxes.
 
     cg = Cgroup.create("t1-abc", Limits(memory_mb=512, max_processes=64))
     sh -c "$(join_script(cg)) exec prlimit ... bwrap ..."   # joins cg before bwrap runs
@@ -70,7 +70,8 @@ class Cgroup:
             if v2 is not None and {"pids", "memory"} <= v2_ctrls:
                 cg._make("v2", v2 / own.get("", "/").lstrip("/"), limits)
             else:
-                for ctrl in ("pids", "memory", "freezer"):
+                ctrls = ["pids", "memory", "freezer"] + (["cpu"] if limits.cpus else [])
+                for ctrl in ctrls:
                     base = _v1_dir(ctrl)
                     if base is not None:
                         cg._make(ctrl, base / own.get(ctrl, "/").lstrip("/"), limits)
@@ -86,7 +87,7 @@ class Cgroup:
             # enable pids+memory for children of t1/ (parent must delegate them too)
             for p in (parent, top):
                 try:
-                    (p / "cgroup.subtree_control").write_text("+pids +memory")
+                    (p / "cgroup.subtree_control").write_text("+pids +memory +cpu")
                 except OSError:
                     pass
         top.mkdir(exist_ok=True)
@@ -100,7 +101,12 @@ class Cgroup:
             (d / "memory.limit_in_bytes").write_text(str(mem))
             if (d / "memory.memsw.limit_in_bytes").exists():
                 (d / "memory.memsw.limit_in_bytes").write_text(str(mem))
+        elif ctrl == "cpu" and limits.cpus:
+            (d / "cpu.cfs_period_us").write_text("100000")
+            (d / "cpu.cfs_quota_us").write_text(str(int(limits.cpus * 100000)))
         elif ctrl == "v2":
+            if limits.cpus and (d / "cpu.max").exists():
+                (d / "cpu.max").write_text(f"{int(limits.cpus * 100000)} 100000")
             if limits.max_processes is not None:
                 (d / "pids.max").write_text(str(limits.max_processes))
             if mem is not None:
@@ -115,7 +121,7 @@ class Cgroup:
         own = _own_cgroup_paths()
         v2 = _v2_root()
         cands = [("v2", v2 / own.get("", "/").lstrip("/"))] if v2 is not None else []
-        for ctrl in ("pids", "memory", "freezer"):
+        for ctrl in ("pids", "memory", "freezer", "cpu"):
             base = _v1_dir(ctrl)
             if base is not None:
                 cands.append((ctrl, base / own.get(ctrl, "/").lstrip("/")))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from t1.sandbox import Limits, SandboxSpec, open_sandbox
+from t1.sandbox import Limits, SandboxError, SandboxSpec, open_sandbox
 from t1.sandbox.bwrap import runtime_root
 
 pytestmark = [pytest.mark.integration]
@@ -213,6 +213,16 @@ def test_hung_command_is_interrupted_and_shell_usable():
         assert s.exec("echo $KEEP; pwd").output == "yes\n/tmp\n"
 
 
+def test_cpu_limit_and_wall_time():
+    with open_sandbox(SandboxSpec(limits=Limits(cpus=0.5, wall_s=3))) as s:
+        if "cpu" in s.cgroup.dirs:
+            assert (s.cgroup.dirs["cpu"] / "cpu.cfs_quota_us").read_text().strip() == "50000"
+        r = s.exec("sleep 10", timeout=60)
+        assert r.timed_out  # the wall time caps the command timeout
+        with pytest.raises(SandboxError, match="wall time"):
+            s.exec("echo late")
+
+
 def test_file_size_limit():
     with open_sandbox(SandboxSpec(limits=Limits(max_file_mb=1))) as s:
         r = s.exec("head -c 5000000 /dev/zero > /tmp/big; echo rc=$?; stat -c %s /tmp/big")
@@ -223,7 +233,7 @@ def test_file_size_limit():
 def test_teardown_leaves_no_process(tmp_path):
     s = open_sandbox(SandboxSpec())
     s.exec("nohup sleep 1000 >/dev/null 2>&1 & (setsid sleep 1001 &) ; sleep 0.2")
-    name, cg = s.name, s.cgroup
+    name, cg, nonce = s.name, s.cgroup, s.shell.nonce
     assert len(cg.pids()) >= 4
     root = s.plan.root
     s.stop()
@@ -235,7 +245,12 @@ def test_teardown_leaves_no_process(tmp_path):
                 cmd = (p / "cmdline").read_bytes()
             except OSError:
                 continue
-            if name.encode() in cmd or b"sleep\x001000" in cmd or b"sleep\x001001" in cmd:
+            if (
+                name.encode() in cmd
+                or nonce.encode() in cmd
+                or b"sleep\x001000" in cmd
+                or b"sleep\x001001" in cmd
+            ):
                 left.append(p.name)
     assert left == []
     assert not root.exists()
