@@ -223,11 +223,18 @@ class CampaignConfig:
 
 @dataclass(frozen=True)
 class SynthConfig:
-    """Recursive verified task synthesis (t1.synth)."""
+    """Recursive verified task synthesis (t1.synth), audit (t1.audit) and pools (t1.pool)."""
 
     rounds: int = 3
     per_round: int = 20
     workers: int = 2
+    executor: str = "local"  # local worker processes | slurm (submitit arrays)
+    steps_min: int = 1  # library steps added per extension
+    steps_max: int = 2
+    llm_url: str = ""  # OpenAI-compatible or SGLang server for model-written steps ("" = none)
+    llm_api: str = "openai"  # openai (/v1/chat/completions) | sglang (/generate)
+    llm_fraction: float = 0.25  # share of each round's candidates written by the model
+    dedup_threshold: float = 0.9  # pool: MinHash Jaccard at or above which tasks are duplicates
 
 
 @dataclass(frozen=True)
@@ -251,7 +258,9 @@ class Config:
 
 def _build(cls: type, data: Any, where: str, source: str) -> Any:
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: {where or 'top level'} must be a mapping, got {type(data).__name__}")
+        raise ConfigError(
+            f"{source}: {where or 'top level'} must be a mapping, got {type(data).__name__}"
+        )
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
@@ -314,7 +323,11 @@ def json_schema(cls: type = Config) -> dict[str, Any]:
     if doc and cls is not Config:
         out["description"] = doc[0]
     if cls is Config:
-        out = {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "t1 campaign config", **out}
+        out = {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "t1 campaign config",
+            **out,
+        }
     return out
 
 
@@ -325,7 +338,12 @@ def _schema_of(tp: Any) -> dict[str, Any]:
         return {"type": "array", "items": _schema_of(typing.get_args(tp)[0])}
     if isinstance(tp, types.UnionType):
         raise TypeError("unions are not used in the config")
-    return {bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"}, str: {"type": "string"}}[tp]
+    return {
+        bool: {"type": "boolean"},
+        int: {"type": "integer"},
+        float: {"type": "number"},
+        str: {"type": "string"},
+    }[tp]
 
 
 if __name__ == "__main__":

@@ -44,11 +44,21 @@ TEST_SH = """#!/bin/bash
 # Verifier of a synthesized task: one pytest case per assertion. The harness sets
 # PYTEST_ADDOPTS (JUnit XML per assertion); /logs/verifier/reward.txt is the binary aggregate.
 mkdir -p /logs/verifier
-if python3 -c 'import pytest' 2>/dev/null; then
-  python3 -m pytest -p no:cacheprovider /tests/test_outputs.py
-else
-  uv run --offline --no-project --with pytest python -m pytest -p no:cacheprovider /tests/test_outputs.py
-fi
+run_pytest() {
+  if python3 -c 'import pytest' 2>/dev/null; then
+    python3 -m pytest "$@"
+  elif ls /opt/t1/wheels/pytest-[0-9]*.whl >/dev/null 2>&1; then
+    # offline wheelhouse (t1 provision): pure-Python wheels import straight from the zip
+    pp=""
+    for w in pytest pluggy iniconfig packaging; do
+      pp="$pp:$(ls /opt/t1/wheels/$w-[0-9]*.whl | sort -V | tail -n 1)"
+    done
+    PYTHONPATH="${pp#:}" python3 -m pytest "$@"
+  else
+    python3 -m pip install -q pytest && python3 -m pytest "$@"
+  fi
+}
+run_pytest -p no:cacheprovider /tests/test_outputs.py
 rc=$?
 if [ "$rc" -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
 exit "$rc"
@@ -340,15 +350,17 @@ def task_toml(d: Draft) -> str:
 
 
 def dockerfile(d: Draft, base_dockerfile: str | None = None) -> str:
-    has_files = any(s.files for s in d.steps)
     lines = []
     if base_dockerfile is not None:
         lines.append(base_dockerfile.rstrip())
         lines.append("# --- environment of the steps added by t1 synth")
     else:
         lines += ["FROM python:3.11-slim-bookworm", f"WORKDIR {WORKDIR}"]
-    if has_files:
-        lines.append(f"COPY files/ {WORKDIR}/")
+    # One COPY per top-level entry: `COPY files/ /app/` would need the destination's contents
+    # semantics for an existing directory, which the bwrap env build does not give.
+    tops = sorted({rel(f.path).split("/", 1)[0] for s in d.steps for f in s.files})
+    for top in tops:
+        lines.append(f"COPY files/{top} {WORKDIR}/{top}")
     return "\n".join(lines) + "\n"
 
 
