@@ -98,7 +98,14 @@ class LocalEngine:
         self.max_sessions = max_sessions
         self.max_batch = max_batch
         self.capture = capture  # False only for benchmarks: results carry routing=None
-        self.stats = {"prefilled_tokens": 0, "cached_tokens": 0, "decode_steps": 0}
+        # Counters since construction (benchmarks read them; reset by assigning zeros).
+        self.stats = {
+            "prefilled_tokens": 0,
+            "cached_tokens": 0,
+            "decode_steps": 0,
+            "prefill_s": 0.0,
+            "decode_s": 0.0,
+        }
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._aborted: dict[str, float] = {}
         self._abort_lock = threading.Lock()
@@ -213,11 +220,14 @@ class LocalEngine:
         rows = [self._start_row(r, seen) for seen, r in _first_of_session(requests)]
         with rt.RoutingCapture(self.model, enabled=self.capture) as cap:
             offset, logits = 0, []
+            t0 = time.perf_counter()
             for row in rows:
                 logits.append(self._prefill(row))
                 n = len(row.req.input_ids) - row.reused
                 row.prefill_rows, offset = (offset, offset + n), offset + n
             prefill = cap.collect() if self.capture else None
+            t1 = time.perf_counter()
+            self.stats["prefill_s"] += t1 - t0
             live = []
             for row, lg in zip(rows, logits, strict=True):
                 self._sample(row, lg[None])
@@ -229,6 +239,7 @@ class LocalEngine:
                 if group:
                     offset = self._decode(group, offset)
             decode = cap.collect() if self.capture and any(r.decode_rows for r in rows) else None
+            self.stats["decode_s"] += time.perf_counter() - t1
         return [self._finish_row(row, prefill, decode) for row in rows]
 
     def _start_row(self, req: GenerateRequest, first_of_session: bool) -> _Row:

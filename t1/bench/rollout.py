@@ -1,0 +1,263 @@
+"""`t1 bench rollout`: the rollout side's costs, measured side by side in one run.
+
+    t1 bench rollout [--json FILE] [--reps 5] [--threads 2] [--skip replay,tito]
+
+Entries (issue 3, Benchmarks):
+* capture   — generation with vs without routing capture (same prompts, same seeds, bf16,
+              interleaved repetitions; target ratio <= 1.02).
+* prefix    — a 20-turn trajectory with the per-session prefix cache vs re-prefilling the
+              whole prompt every turn (identical prompts; target prefill time >= 5x lower);
+              prefilled tokens and total wall time reported too.
+* bytes     — routing bytes per token at (layers, k) = (48, 8) from the real record format
+              (compact array and the file `t1.routing.save` writes; target 384, SGLang's
+              int32 1536).
+* replay    — the replay check on a bf16 multi-turn rollout: expert choices reproduced under
+              replay, |logp_train - logp_rollout| with and without replay, and the fraction of
+              positions an fp32 full forward routes differently without replay.
+* tito      — TITO assembly timing from `t1.tito.bench_assembly()` when that exists.
+
+Timings depend on the machine's load: figures go to LOG.md with the command and the date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from t1 import routing as rt
+from t1.config import ModelConfig
+from t1.engine.base import GenerateRequest, SamplingParams
+from t1.engine.local import LocalEngine
+from t1.policy import build_policy
+
+VOCAB = 4096  # the tiny campaign's trained BPE size
+
+
+def _engine(seed: int = 0, **kw) -> LocalEngine:
+    return LocalEngine(build_policy(ModelConfig(), VOCAB, seed=seed), **kw)
+
+
+def _ids(n: int, g: torch.Generator) -> list[int]:
+    return torch.randint(0, VOCAB, (n,), generator=g).tolist()
+
+
+def bench_capture(reps: int, batch: int = 4, prompt: int = 64, new: int = 64) -> dict[str, Any]:
+    """Generation time with capture on vs off: same work, paired runs in alternating order.
+
+    The machine is shared, so each pair's ratio is taken and the median over pairs reported
+    (wall and process CPU time), next to the ratio of the fastest runs.
+    """
+    on = _engine(prefix_cache=False, capture=True)
+    off = _engine(prefix_cache=False, capture=False)
+    g = torch.Generator().manual_seed(0)
+    prompts = [_ids(prompt, g) for _ in range(batch)]
+
+    def run(engine: LocalEngine) -> tuple[float, float]:
+        reqs = [
+            GenerateRequest(
+                p, SamplingParams(max_new_tokens=new, seed=i), return_routing=engine.capture
+            )
+            for i, p in enumerate(prompts)
+        ]
+        wall, cpu = time.perf_counter(), time.process_time()
+        out = engine.generate(reqs)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        assert all(len(r.output_ids) == new for r in out)
+        assert all((r.routing is not None) == engine.capture for r in out)
+        return wall, cpu
+
+    run(on), run(off)  # warm-up
+    pairs = []
+    for i in range(reps):
+        if i % 2:
+            b_, a_ = run(off), run(on)
+        else:
+            a_, b_ = run(on), run(off)
+        pairs.append((a_, b_))
+    out: dict[str, Any] = {
+        "batch": batch,
+        "prompt_tokens": prompt,
+        "new_tokens": new,
+        "pairs": reps,
+    }
+    for j, clock in enumerate(("wall", "cpu")):
+        with_c = [a[j] for a, _ in pairs]
+        without = [b[j] for _, b in pairs]
+        out[clock] = {
+            "with_capture_min_s": min(with_c),
+            "without_capture_min_s": min(without),
+            "ratio_of_mins": min(with_c) / min(without),
+            "median_pair_ratio": statistics.median(
+                a / b for a, b in zip(with_c, without, strict=True)
+            ),
+        }
+    out["target_ratio"] = 1.02
+    return out
+
+
+def bench_prefix(
+    turns: int = 20, prompt: int = 256, obs: int = 48, new: int = 24
+) -> dict[str, Any]:
+    """20 turns, each prompt = previous prompt + output + observation: cache vs re-prefill."""
+    g = torch.Generator().manual_seed(1)
+    cached = _engine(prefix_cache=True)
+    fresh = _engine(prefix_cache=False)
+    ids, prompts = _ids(prompt, g), []
+    t = time.perf_counter()
+    for turn in range(turns):
+        prompts.append(ids)
+        sp = SamplingParams(max_new_tokens=new, seed=turn)
+        res = cached.generate([GenerateRequest(ids, sp, session_id="bench")])[0]
+        ids = ids + res.output_ids + _ids(obs, g)
+    wall_cached = time.perf_counter() - t
+    t = time.perf_counter()
+    for turn, p in enumerate(prompts):
+        fresh.generate([GenerateRequest(p, SamplingParams(max_new_tokens=new, seed=turn))])
+    wall_fresh = time.perf_counter() - t
+    c, f = cached.stats, fresh.stats
+    return {
+        "turns": turns,
+        "final_prompt_tokens": len(prompts[-1]),
+        "cached": {
+            "prefilled_tokens": c["prefilled_tokens"],
+            "prefill_s": c["prefill_s"],
+            "wall_s": wall_cached,
+        },
+        "reprefill": {
+            "prefilled_tokens": f["prefilled_tokens"],
+            "prefill_s": f["prefill_s"],
+            "wall_s": wall_fresh,
+        },
+        "prefill_speedup": f["prefill_s"] / c["prefill_s"],
+        "wall_speedup": wall_fresh / wall_cached,
+        "target_prefill_speedup": 5.0,
+    }
+
+
+def bench_bytes(
+    layers: int = 48, k: int = 8, experts: int = 256, tokens: int = 33_000
+) -> dict[str, Any]:
+    """Bytes per token of a real compact record (33k tokens, the paper's trajectory length)."""
+    ids = np.random.default_rng(0).integers(0, experts, size=(tokens, layers, k))
+    record = rt.compact(ids, experts)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "routing.npz"
+        rt.save(path, record)
+        file_bytes = path.stat().st_size
+        back, _ = rt.load(path)
+    assert np.array_equal(back, ids)
+    wire = len(rt.encode_sglang(record[:1000])) / 1000
+    return {
+        "layers": layers,
+        "k": k,
+        "experts": experts,
+        "dtype": str(record.dtype),
+        "bytes_per_token": record.nbytes / tokens,
+        "file_bytes_per_token": file_bytes / tokens,
+        "int32_bytes_per_token": layers * k * 4,
+        "sglang_base64_chars_per_token": wire,
+        "mib_per_33k_tokens": record.nbytes / 2**20,
+        "target_bytes_per_token": 384,
+    }
+
+
+def bench_replay(turns: int = 5, new: int = 64) -> dict[str, Any]:
+    """Replay check on a bf16 rollout (the acceptance test's measurement, larger)."""
+    engine = _engine(dtype="bfloat16")
+    trainer = build_policy(ModelConfig(), VOCAB, seed=0)  # the trainer's fp32 copy
+    g = torch.Generator().manual_seed(2)
+    ids = _ids(32, g)
+    mask, logprobs, parts, start = [0] * 32, [0.0] * 32, [], 0
+    for t in range(turns):
+        sp = SamplingParams(temperature=1.0, max_new_tokens=new, seed=t)
+        res = engine.generate([GenerateRequest(ids, sp, session_id="replay", routing_start=start)])[
+            0
+        ]
+        parts.append(res.routing)
+        start = len(ids) + len(res.output_ids) - 1
+        ids, mask, logprobs = (
+            ids + res.output_ids,
+            mask + [1] * len(res.output_ids),
+            logprobs + res.output_logprobs,
+        )
+        if t < turns - 1:
+            ids, mask, logprobs = ids + _ids(16, g), mask + [0] * 16, logprobs + [0.0] * 16
+    record = np.concatenate(parts)
+    valid = np.ones(len(ids), bool)
+    valid[-1] = False
+    r = rt.to_replay(np.concatenate([record, record[:1]]), valid)
+    x = torch.tensor([ids])
+    loss = np.array(mask, bool)
+    out = {"positions": len(ids), "loss_tokens": int(loss.sum())}
+    for name, replayed in (("with_replay", r), ("without_replay", None)):
+        with torch.no_grad(), rt.RoutingCapture(trainer) as cap:
+            if replayed is None:
+                logits = trainer(x).logits
+            else:
+                with rt.replay(trainer, replayed[None]):
+                    logits = trainer(x).logits
+            chosen = cap.collect().numpy()[:-1]
+        lp = torch.log_softmax(logits[0].float(), -1)[:-1].gather(-1, x[0, 1:, None])[:, 0].numpy()
+        gap = np.abs(lp - np.array(logprobs[1:]))[loss[1:]]
+        differs = (chosen != record.astype(np.int64)).any(axis=(1, 2))
+        out[name] = {
+            "logprob_gap_mean": float(gap.mean()),
+            "logprob_gap_max": float(gap.max()),
+            "positions_routed_differently": float(differs.mean()),
+        }
+    return out
+
+
+def bench_tito() -> dict[str, Any]:
+    try:
+        from t1.tito import bench_assembly
+    except ImportError as e:
+        return {"skipped": f"t1.tito.bench_assembly is not available ({e})"}
+    return bench_assembly()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--reps", type=int, default=12, help="repetitions of the capture A/B")
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    parser.add_argument("--skip", default="", help="comma-separated entries to skip")
+
+
+def main(args: argparse.Namespace) -> int:
+    torch.set_num_threads(args.threads)
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    entries = {
+        "capture": lambda: bench_capture(args.reps),
+        "prefix": bench_prefix,
+        "bytes": bench_bytes,
+        "replay": bench_replay,
+        "tito": bench_tito,
+    }
+    results: dict[str, Any] = {
+        "schema_version": 1,
+        "threads": args.threads,
+        "torch": torch.__version__,
+    }
+    for name, fn in entries.items():
+        if name in skip:
+            results[name] = {"skipped": "--skip"}
+            continue
+        t = time.perf_counter()
+        results[name] = fn()
+        results[name]["bench_s"] = round(time.perf_counter() - t, 2)
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.json.with_suffix(args.json.suffix + ".tmp")
+        tmp.write_text(text + "\n")
+        tmp.replace(args.json)
+    return 0
