@@ -1,9 +1,13 @@
 # Shared helpers for the files in workflow/rules/: config access with the dataclass defaults,
 # run names, paths, the pinned per-run config, resources. Included first by the Snakefile.
 
+import json
 import os
+import shlex
 import sys
 from pathlib import Path
+
+import yaml
 
 from t1.campaign import derive_config, merge, read_pinned
 from t1.config import Config, to_dict
@@ -57,8 +61,35 @@ def tokenizer_dir(wildcards):
     return f"{RESULTS}/{wildcards.run}/tokenizer"
 
 
+def _leaves(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_leaves(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+# config files in Snakemake's precedence (the configfile directive's, then --configfile's)
+CONFIG_FILES = [
+    str(f) for f in workflow.configfiles if f not in workflow.overwrite_configfiles
+]
+CONFIG_FILES += [str(f) for f in workflow.overwrite_configfiles]
+_from_files = {}
+for _f in CONFIG_FILES:
+    _from_files = merge(_from_files, yaml.safe_load(Path(_f).read_text()) or {})
+# what `--config KEY=VALUE` changed on top of the files
+CLI_SETS = {
+    k: v
+    for k, v in _leaves(config).items()
+    if _leaves(_from_files).get(k, object()) != v
+}
+
+
 def set_flags(wildcards):
-    return " ".join(f"--set {k}={v}" for k, v in RUNS[wildcards.run].items())
+    sets = {**CLI_SETS, **RUNS[wildcards.run]}
+    return " ".join(shlex.quote(f"--set={k}={json.dumps(v)}") for k, v in sets.items())
 
 
 def final_segment(run):
@@ -77,8 +108,7 @@ def warn_if_pinned_differs():
         if old is not None and old != derive_config(dict(config), sets):
             print(
                 f"NOTE: {path} (pinned when the run started) differs from the workflow's "
-                "config; the run keeps its pinned config. Edit that file, or delete it to "
-                "restart the run from scratch.",
+                "config; the run goes on with its pinned file (delete it to start the run over).",
                 file=sys.stderr,
             )
 

@@ -10,7 +10,7 @@ rule run_config:
     container:
         TRAINER_IMAGE
     params:
-        base=" ".join(workflow.configfiles),
+        base=" ".join(CONFIG_FILES),
         sets=set_flags,
     shell:
         "python -m t1.campaign config --base {params.base} {params.sets} --out {output} &> {log}"

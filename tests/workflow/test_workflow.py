@@ -1,0 +1,161 @@
+"""The campaign workflow: dry runs of every profile, lint, snakefmt, config and schema in step,
+rule shape (log + one-line `t1` shell), the segment chain.
+
+    .venv/bin/pytest tests/workflow/test_workflow.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from t1.campaign import derive_config, merge
+from t1.config import json_schema, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+TARGETS = ["campaign_dense", "campaign_binary", "critic_warmup", "synthesize", "evaluate"]
+PRESET = "workflow/config/qwen3.5-122b-a10b.yaml"
+
+
+@pytest.fixture(scope="module")
+def wf(tmp_path_factory) -> Path:
+    """A copy of the workflow (Snakefile, workflow/, profiles/) to run snakemake in."""
+    d = tmp_path_factory.mktemp("wf")
+    shutil.copy(REPO / "Snakefile", d)
+    shutil.copytree(REPO / "workflow", d / "workflow")
+    shutil.copytree(REPO / "profiles", d / "profiles")
+    return d
+
+
+def snakemake(wf: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(BIN / "snakemake"), *args], cwd=wf, capture_output=True, text=True, timeout=300
+    )
+
+
+def job_counts(out: str) -> dict[str, int]:
+    table = out.split("Job stats:")[1]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+@pytest.mark.parametrize("profile", ["local", "slurm", "slurm-ci"])
+def test_dry_run_of_every_target(wf, profile):
+    r = snakemake(wf, "--profile", f"profiles/{profile}", "-n", *TARGETS)
+    assert r.returncode == 0, r.stdout + r.stderr
+    jobs = job_counts(r.stdout)
+    segments = load_config(wf / "workflow/config/tiny.yaml").campaign.segments
+    assert jobs["ppo_segment"] == 2 * segments  # dense and binary runs
+    assert jobs["run_config"] == 2 and jobs["synth_tasks"] == 1
+    assert jobs["evaluate_policy"] == 4 and jobs["report"] == 2
+
+
+def test_dry_run_of_the_122b_preset_on_slurm(wf):
+    r = snakemake(
+        wf, "--profile", "profiles/slurm", "-n", "-p", "campaign_dense", "--configfile", PRESET
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (
+        job_counts(r.stdout)["ppo_segment"]
+        == yaml.safe_load((REPO / PRESET).read_text())["campaign"]["segments"]
+    )
+    # the preset's settings win over tiny.yaml's (Snakemake's precedence, kept by run_config)
+    assert f"--base workflow/config/tiny.yaml {wf / PRESET}" in r.stdout
+    assert "--spec workflow/config/qwen3.5-122b-a10b.children.yaml" in r.stdout
+    assert "gpu=8" in r.stdout and "nodes=4" in r.stdout
+
+
+def test_segments_form_a_chain(wf):
+    r = snakemake(wf, "-n", "-p", "--cores", "1", "results/tiny/ppo/iter_00001/DONE")
+    assert r.returncode == 0, r.stderr
+    seg1 = r.stdout.split("output: results/tiny/ppo/iter_00001/DONE")[0].rsplit(
+        "rule ppo_segment:", 1
+    )[1]
+    assert "results/tiny/ppo/iter_00000/DONE" in seg1  # segment 1's input is segment 0's marker
+    seg0 = r.stdout.split("output: results/tiny/ppo/iter_00000/DONE")[0].rsplit(
+        "rule ppo_segment:", 1
+    )[1]
+    assert "results/tiny/sft/model/DONE.json" in seg0 and "critic/warmup/DONE.json" in seg0
+
+
+def test_lint_is_clean(wf):
+    r = snakemake(wf, "--lint")
+    assert r.returncode == 0 and "Congratulations" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_snakefmt_is_clean():
+    files = [REPO / "Snakefile", *sorted((REPO / "workflow/rules").glob("*.smk"))]
+    r = subprocess.run(
+        [str(BIN / "snakefmt"), "--check", *map(str, files)], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_schema_file_is_generated_from_the_dataclasses():
+    on_disk = json.loads((REPO / "workflow/schemas/config.schema.json").read_text())
+    assert on_disk == json_schema(), (
+        "regenerate: python -m t1.config --schema > workflow/schemas/config.schema.json"
+    )
+
+
+@pytest.mark.parametrize("files", [["tiny.yaml"], ["tiny.yaml", "qwen3.5-122b-a10b.yaml"]])
+def test_configs_load_and_validate(files):
+    data: dict = {}
+    for f in files:
+        data = merge(data, yaml.safe_load((REPO / "workflow/config" / f).read_text()))
+    schema = json.loads((REPO / "workflow/schemas/config.schema.json").read_text())
+    jsonschema.validate(data, schema)
+    full = derive_config(data, {}, " + ".join(files))
+    jsonschema.validate(full, schema)  # every key spelled out still validates
+
+
+def test_schema_rejects_an_unknown_key():
+    schema = json.loads((REPO / "workflow/schemas/config.schema.json").read_text())
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"campaign": {"segmentz": 3}}, schema)
+
+
+def rule_blocks() -> dict[str, str]:
+    out = {}
+    for f in (REPO / "workflow/rules").glob("*.smk"):
+        for block in re.split(r"(?m)^(?=rule )", f.read_text())[1:]:
+            out[block.split(":")[0].split()[1]] = block.split("\n\n\n")[0]
+    return out
+
+
+def test_every_rule_has_a_log_and_one_t1_line():
+    blocks = rule_blocks()
+    assert len(blocks) >= 12
+    for name, block in blocks.items():
+        assert "\n    log:\n" in block, f"rule {name}: no log"
+        shell = block.split("\n    shell:\n", 1)[1].strip()
+        assert shell.count("\n") == 0 and shell.startswith('"') and shell.endswith('"'), (
+            f"rule {name}: shell is not one line"
+        )
+        cmd = shell.strip('"')
+        assert cmd.startswith(("t1 ", "python -m t1.")), f"rule {name}: {cmd}"
+        assert cmd.endswith("&> {log}"), f"rule {name}: output not sent to the log"
+
+
+def test_long_jobs_declare_only_marker_files():
+    for name in ("synth_tasks", "sft", "warmup_critic", "ppo_segment", "evaluate_policy"):
+        block = rule_blocks()[name]
+        output = block.split("\n    output:\n", 1)[1].split("\n    log:", 1)[0]
+        assert "directory(" not in output and output.count("\n") == 0, (name, output)
+        assert re.search(r"/(DONE|DONE\.json|eval\.json)\",", output), (name, output)
+
+
+def test_run_config_pins_the_binary_run(wf, tmp_path):
+    r = snakemake(wf, "--cores", "1", "results/tiny-binary/config.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    pinned = load_config(wf / "results/tiny-binary/config.yaml")
+    assert pinned.reward.kind == "binary" and pinned.run.name == "tiny-binary"
+    assert pinned.campaign == load_config(wf / "workflow/config/tiny.yaml").campaign
