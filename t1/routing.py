@@ -24,7 +24,7 @@ Capture and replay
 Each MoE layer's `mlp.gate` (`Qwen3MoeTopKRouter`, `Qwen3_5MoeTopKRouter`) returns
 `(router_logits, weights, indices)` for the flattened tokens `[N, hidden]` of one forward.
 
-    with RoutingCapture(model) as cap:          # forward hooks on every gate
+    with RoutingCapture(model) as cap:          # taps every gate
         model(input_ids)                         # any number of forwards (prefill, decode steps)
     rows = cap.collect()                         # LongTensor [sum of N over forwards, layers, k]
 
@@ -36,7 +36,8 @@ a placeholder) and `weights` = softmax(live router logits) gathered at those ids
 renormalized when the model renormalizes (`norm_topk_prob`; Qwen3.5 always does), so gradients
 still reach the gate weights. A position is a placeholder when any of its k slots is < 0. The
 load-balancing loss stays off (`router_aux_loss_coef = 0`, `output_router_logits = False`).
-Capture hooks run after replay hooks, so capturing inside `replay` records the replayed ids.
+Both work by standing in for each gate's `forward` (`_Tap`) while their block is active; the
+replayed ids are applied before capture sees them, so capturing inside `replay` records them.
 """
 
 from __future__ import annotations
@@ -181,8 +182,44 @@ def routing_shape(model: nn.Module) -> tuple[int, int, int]:
     return len(gates), int(gates[0].top_k), int(gates[0].num_experts)
 
 
+class _Tap:
+    """Stands in for one gate's `forward` while a capture or a replay is active.
+
+    Replacing `forward` on the instance (rather than registering forward hooks) keeps the
+    module on PyTorch's fast call path: capture then costs one Python call and one list
+    append per gate and forward. Replay runs before capture, so a capture inside `replay`
+    records the replayed ids whatever order the two blocks were entered in.
+    """
+
+    def __init__(self, gate: nn.Module) -> None:
+        self.gate = gate
+        self.inner = gate.forward  # the class's bound forward
+        self.replay = None  # callable(output) -> output
+        self.sinks: list[list[torch.Tensor]] = []
+
+    def __call__(self, hidden_states: torch.Tensor):
+        out = self.inner(hidden_states)
+        if self.replay is not None:
+            out = self.replay(out)
+        for sink in self.sinks:
+            sink.append(out[2])
+        return out
+
+    @staticmethod
+    def of(gate: nn.Module) -> _Tap:
+        tap = gate.__dict__.get("forward")
+        if not isinstance(tap, _Tap):
+            tap = _Tap(gate)
+            gate.forward = tap
+        return tap
+
+    def release(self) -> None:
+        if self.replay is None and not self.sinks and self.gate.__dict__.get("forward") is self:
+            del self.gate.forward
+
+
 class RoutingCapture:
-    """Forward hooks on every gate that keep the top-k ids of each forward, on device.
+    """Keep every gate's top-k ids of each forward, on device, until `collect()`.
 
     Each forward appends one `[N, k]` tensor per layer (N = flattened tokens of that forward,
     batch-major). `collect()` concatenates them once and returns `[sum N, layers, k]` in
@@ -193,25 +230,17 @@ class RoutingCapture:
         self.gates = moe_gates(model) if enabled else []
         self.enabled = enabled
         self._rows: list[list[torch.Tensor]] = [[] for _ in self.gates]
-        self._handles: list = []
 
     def __enter__(self) -> RoutingCapture:
-        for layer, gate in enumerate(self.gates):
-            self._handles.append(gate.register_forward_hook(self._hook(layer)))
+        for gate, rows in zip(self.gates, self._rows, strict=True):
+            _Tap.of(gate).sinks.append(rows)
         return self
 
     def __exit__(self, *exc) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-
-    def _hook(self, layer: int):
-        rows = self._rows[layer]
-
-        def hook(module, inputs, output):
-            rows.append(output[2])
-
-        return hook
+        for gate, rows in zip(self.gates, self._rows, strict=True):
+            tap = _Tap.of(gate)
+            tap.sinks = [s for s in tap.sinks if s is not rows]
+            tap.release()
 
     def collect(self) -> torch.Tensor:
         """LongTensor `[sum N, layers, k]` of everything captured since the last collect."""
@@ -234,29 +263,31 @@ def replay(model: nn.Module, routing: torch.Tensor) -> Iterator[None]:
 
     routing: integer tensor `[B, T, layers, k]` matching the `[B, T]` input of each forward
     in the block (-1 anywhere in a position's k slots = keep the live top-k there). Raises if
-    a forward's token count differs from B * T.
+    a forward's token count differs from B * T. Replays do not nest.
     """
     gates = moe_gates(model)
     if routing.dim() != 4 or routing.shape[2] != len(gates) or routing.shape[3] != gates[0].top_k:
         raise ValueError(
             f"routing must be [B, T, {len(gates)}, {gates[0].top_k}], got {tuple(routing.shape)}"
         )
-    handles = []
+    taps = [_Tap.of(gate) for gate in gates]
+    if any(tap.replay is not None for tap in taps):
+        raise RuntimeError("replay blocks do not nest")
     try:
-        for layer, gate in enumerate(gates):
+        for layer, (gate, tap) in enumerate(zip(gates, taps, strict=True)):
             ids = routing[:, :, layer, :].reshape(-1, routing.shape[3]).long()
-            hook = _replay_hook(ids, bool(getattr(gate, "norm_topk_prob", True)), layer)
-            handles.append(gate.register_forward_hook(hook, prepend=True))
+            tap.replay = _replayer(ids, bool(getattr(gate, "norm_topk_prob", True)), layer)
         yield
     finally:
-        for h in handles:
-            h.remove()
+        for tap in taps:
+            tap.replay = None
+            tap.release()
 
 
-def _replay_hook(ids: torch.Tensor, normalize: bool, layer: int):
+def _replayer(ids: torch.Tensor, normalize: bool, layer: int):
     live = (ids < 0).any(dim=-1, keepdim=True)
 
-    def hook(module, inputs, output):
+    def apply(output):
         logits, _, live_idx = output
         if logits.shape[0] != ids.shape[0]:
             raise ValueError(
@@ -266,7 +297,7 @@ def _replay_hook(ids: torch.Tensor, normalize: bool, layer: int):
         weights = replay_weights(logits, idx, normalize)
         return logits, weights, idx
 
-    return hook
+    return apply
 
 
 def replay_weights(logits: torch.Tensor, idx: torch.Tensor, normalize: bool) -> torch.Tensor:

@@ -158,3 +158,16 @@ def test_replay_shape_mismatch_raises(model):
     with pytest.raises(ValueError, match="routed 6 tokens"):
         with torch.no_grad(), routing.replay(model, torch.zeros(1, 5, 4, 2, dtype=torch.long)):
             model(ids)
+
+
+def test_capture_sees_replayed_ids_in_either_order_and_taps_are_removed(model):
+    ids = torch.randint(0, VOCAB, (1, 8))
+    live, _ = _forward(model, ids)
+    forced = (live + 5) % 8
+    with torch.no_grad(), routing.replay(model, forced), routing.RoutingCapture(model) as cap:
+        model(ids)
+    assert torch.equal(cap.collect().view(1, 8, 4, 2), forced)
+    with pytest.raises(RuntimeError, match="nest"):
+        with routing.replay(model, forced), routing.replay(model, forced):
+            pass
+    assert all("forward" not in gate.__dict__ for gate in routing.moe_gates(model))
