@@ -1,0 +1,246 @@
+"""`t1 bench train`: the tiny model's training step on this machine, measured side by side.
+
+    t1 bench train [--config FILE] [--rows 4] [--seq 512] [--repeats 5] [--json FILE]
+
+Prints one JSON object:
+* replay: median seconds of an actor update (forward + backward + AdamW) on the same batch
+  with R³ replay vs without (routing record ignored), interleaved, and their ratio (target
+  <= 1.05);
+* throughput: training tokens/s of a full critic-first PPO step (critic update + actor
+  update + the no-grad forwards) and of an actor update alone;
+* memory: peak resident memory of one actor and one critic training step (fresh child
+  process, glibc asked to return large blocks at once: MALLOC_MMAP_THRESHOLD_=65536;
+  peak RSS over two steps minus RSS before the model was built) against the planner's
+  prediction (`t1.memory`, framework hf) at the same rows x seq, and their ratio.
+Threads: `run.threads` of the config (2 by default). Timings belong in LOG.md, not in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from t1.config import Config, load_config
+
+
+def _cfg(path: str | None) -> Config:
+    return load_config(path) if path else Config()
+
+
+def synthetic_batch(actor, vocab: int, rows: int, seq: int, seed: int = 0):
+    """Rows of random ids, loss on the second half, routing recorded from `actor` itself."""
+    from t1.routing import RoutingCapture
+    from t1.train.batch import Row, collate
+
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (rows, seq), generator=g)
+    with torch.no_grad(), RoutingCapture(actor) as cap:
+        actor(input_ids=ids, use_cache=False)
+    routing = cap.collect().view(rows, seq, -1, actor.config.num_experts_per_tok).to(torch.int16)
+    mask = [0] * (seq // 2) + [1] * (seq - seq // 2)
+    out = [
+        Row(
+            ids=ids[i].tolist(),
+            loss_mask=mask,
+            logprobs=None,
+            routing=routing[i],
+            reward=float(i % 2),
+            meta={"resolved": bool(i % 2)},
+        )
+        for i in range(rows)
+    ]
+    return collate(out)
+
+
+def _trainer(cfg: Config, vocab: int, actor: bool = True, critic: bool = True):
+    from t1.policy import Critic, build_policy
+    from t1.train.hf import HFTrainer
+
+    policy = build_policy(cfg.model, vocab, seed=cfg.run.seed)
+    crit = Critic.from_policy(policy, seed=cfg.run.seed + 1) if critic else None
+    p = cfg.ppo
+    return HFTrainer(
+        policy if actor else None,
+        crit,
+        actor_lr=p.actor_lr,
+        critic_lr=p.critic_lr,
+        betas=tuple(p.betas),
+        weight_decay=p.weight_decay,
+        max_grad_norm=p.max_grad_norm,
+        replay=True,
+        seed=cfg.run.seed,
+    ), policy
+
+
+def _nll(logp, b):
+    return -(logp * b.loss_mask).sum() / b.loss_mask.sum(), {}
+
+
+def bench_replay(cfg: Config, rows: int, seq: int, repeats: int) -> dict[str, Any]:
+    vocab = cfg.tokenizer.vocab_size
+    trainer, policy = _trainer(cfg, vocab, critic=False)
+    batch = synthetic_batch(policy, vocab, rows, seq)
+    plain = dataclasses.replace(batch, routing=None)
+    trainer.actor_update(batch, _nll)  # warm-up (allocates the optimizer state)
+    trainer.actor_update(plain, _nll)
+    times: dict[str, list[float]] = {"replay": [], "live": []}
+    for _ in range(repeats):
+        for name, b in (("replay", batch), ("live", plain)):
+            t0 = time.perf_counter()
+            trainer.actor_update(b, _nll)
+            times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "rows": rows,
+        "seq": seq,
+        "replay_s": med["replay"],
+        "live_s": med["live"],
+        "ratio": med["replay"] / med["live"],
+        "target_ratio": 1.05,
+        "samples": times,
+    }
+
+
+def bench_throughput(cfg: Config, rows: int, seq: int, repeats: int) -> dict[str, Any]:
+    from t1.train.step import ppo_step
+
+    vocab = cfg.tokenizer.vocab_size
+    trainer, policy = _trainer(cfg, vocab)
+    batch = synthetic_batch(policy, vocab, rows, seq)
+    ppo = dataclasses.replace(cfg.ppo, minibatch=rows, epochs=1)
+    ppo_step(trainer, batch, ppo)  # warm-up
+    steps, updates = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        ppo_step(trainer, batch, ppo)
+        steps.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        trainer.actor_update(batch, _nll)
+        updates.append(time.perf_counter() - t0)
+    tokens = batch.tokens
+    return {
+        "rows": rows,
+        "seq": seq,
+        "tokens": tokens,
+        "ppo_step_s": statistics.median(steps),
+        "ppo_step_tokens_per_s": tokens / statistics.median(steps),
+        "actor_update_s": statistics.median(updates),
+        "actor_update_tokens_per_s": tokens / statistics.median(updates),
+    }
+
+
+# ---------------------------------------------------------------- memory (child process)
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _memory_child(config: str | None, role: str, rows: int, seq: int) -> None:
+    import resource
+
+    cfg = _cfg(config)
+    torch.set_num_threads(cfg.run.threads)
+    vocab = cfg.tokenizer.vocab_size
+    # Warm imports and kernels on a throwaway model so the baseline holds them.
+    small = dataclasses.replace(
+        cfg,
+        model=dataclasses.replace(
+            cfg.model, layers=1, hidden=32, heads=2, kv_heads=1, head_dim=16, expert_intermediate=16
+        ),
+    )
+    warm, wp = _trainer(small, 64)
+    wb = synthetic_batch(wp, 64, 1, 16)
+    warm.actor_update(wb, _nll)
+    warm.critic_update(wb, _nll)
+    del warm, wp, wb
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (rows, seq), generator=g)
+    base = _rss()
+    trainer, policy = _trainer(cfg, vocab, actor=role == "actor", critic=role == "critic")
+    from t1.train.batch import Row, collate
+
+    layers, k = cfg.model.layers, cfg.model.top_k
+    routing = (
+        torch.randint(0, cfg.model.experts, (seq, layers, k), generator=g, dtype=torch.int16)
+        if role == "actor"
+        else None
+    )
+    mask = [0] * (seq // 2) + [1] * (seq - seq // 2)
+    batch = collate(
+        [Row(ids=ids[i].tolist(), loss_mask=mask, routing=routing) for i in range(rows)]
+    )
+    update = trainer.actor_update if role == "actor" else trainer.critic_update
+    for _ in range(2):  # the second step holds the optimizer state from the first
+        update(batch, _nll)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"role": role, "measured_bytes": peak - base}))
+
+
+def bench_memory(config: str | None, rows: int, seq: int) -> dict[str, Any]:
+    """Measured peak vs the planner's prediction for both roles (child processes)."""
+    from t1.memory import GIB, Layout, breakdown, tiny_spec
+
+    cfg = _cfg(config)
+    spec = dataclasses.replace(tiny_spec(cfg), seq_len=seq, micro_batch=rows)
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    out: dict[str, Any] = {"rows": rows, "seq": seq}
+    for role in ("actor", "critic"):
+        code = f"from t1.bench.train import _memory_child; _memory_child({config!r}, {role!r}, {rows}, {seq})"
+        proc = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"memory child for {role} failed:\n{proc.stderr[-2000:]}")
+        measured = json.loads(proc.stdout.strip().splitlines()[-1])["measured_bytes"]
+        predicted = sum(breakdown(spec, Layout(1, 1, dist_opt=False), role).values())
+        out[role] = {
+            "measured_mib": measured / 2**20,
+            "predicted_mib": predicted / 2**20,
+            "predicted_over_measured": predicted / measured,
+            "predicted_gib": predicted / GIB,
+        }
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=None, help="campaign YAML (default: the tiny defaults)")
+    parser.add_argument("--rows", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--skip", action="append", default=[], choices=("replay", "throughput", "memory")
+    )
+    parser.add_argument("--json", default=None, help="also write the result here")
+
+
+def main(args: argparse.Namespace) -> int:
+    cfg = _cfg(args.config)
+    torch.set_num_threads(cfg.run.threads)
+    result: dict[str, Any] = {
+        "threads": cfg.run.threads,
+        "model": dataclasses.asdict(cfg.model),
+        "vocab": cfg.tokenizer.vocab_size,
+    }
+    if "replay" not in args.skip:
+        result["replay"] = bench_replay(cfg, args.rows, args.seq, args.repeats)
+    if "throughput" not in args.skip:
+        result["throughput"] = bench_throughput(cfg, args.rows, args.seq, args.repeats)
+    if "memory" not in args.skip:
+        result["memory"] = bench_memory(args.config, args.rows, args.seq)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    return 0
