@@ -52,8 +52,8 @@ def venv_path(ctx: StepContext):
         f"""
         Create a Python virtual environment at `{venv}` (no network: pip is not needed in it)
         and make the modules in `{lib_dir}` importable by its interpreter through a path file
-        `{pth}` in its site-packages, so that `{venv}/bin/python -c "import {mod}"` works from
-        any directory.
+        `{pth}` in its site-packages, so that `{venv}/bin/python -c "import {mod}"` imports
+        `{lib_dir}/{mod}.py` from any directory.
         """,
         solution,
         [
@@ -76,7 +76,7 @@ def venv_path(ctx: StepContext):
             ("venv_pth", f"assert list(Path({venv!r}).glob('lib/python3*/site-packages/{pth}'))"),
         ],
         files=files,
-        mentions=[venv, lib_dir, pth, mod],
+        mentions=[venv, lib_dir, pth, mod, f"{lib_dir}/{mod}.py"],
     )
 
 
@@ -211,7 +211,7 @@ def activate(ctx: StepContext):
         "envsetup.activate",
         f"""
         Write `{home}/activate.sh` that, when sourced in bash, puts `{bindir}` at the front of
-        `PATH` (so `{tool}` runs by name) and exports `{home_var}={home}`.
+        `PATH` (so `{tool}` runs `{art.path}` by name) and exports `{home_var}={home}`.
         """,
         f"mkdir -p {home}\n{heredoc(home + '/activate.sh', script)}",
         [
@@ -224,5 +224,5 @@ def activate(ctx: StepContext):
                 """,
             ),
         ],
-        mentions=[f"{home}/activate.sh", bindir, home_var, home],
+        mentions=[f"{home}/activate.sh", bindir, home_var, home, art.path],
     )

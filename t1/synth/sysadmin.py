@@ -135,7 +135,9 @@ def backup(ctx: StepContext):
         with paths relative to `/app` (e.g. `{names[0]}`):
         {listing}
         """,
-        f"mkdir -p /app/backups\ntar -C /app -czf {out} {' '.join(names)}\n",
+        # fixed order, times and owners, and no gzip timestamp: the archive is reproducible
+        f"mkdir -p /app/backups\ntar -C /app --sort=name --mtime=2024-01-01 --owner=0 --group=0 "
+        f"--numeric-owner -cf - {' '.join(names)} | gzip -n > {out}\n",
         [
             (
                 "backup_members",

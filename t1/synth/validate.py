@@ -33,13 +33,33 @@ SCHEMA_VERSION = 1
 ORACLE = "oracle"  # _run_state: the task's own solution/solve.sh, as `t1 oracle` runs it
 
 
-def _run_state(task, script: str | None, backend: str, cache_dir: Path | None) -> dict[str, Any]:
-    """One fresh sandbox: run `script` (ORACLE, bash text, or None = nothing), then verify."""
+# A digest of the workdir after the solution: file contents, kinds, modes and link targets;
+# .git, __pycache__, *.pyc, *.log and *.pid are left out (timestamps and pids, not results).
+DIGEST_CMD = (
+    "cd {wd} && {{ find . \\( -name .git -o -name __pycache__ \\) -prune -o "
+    "\\( ! -name '*.pyc' ! -name '*.log' ! -name '*.pid' \\) -printf '%y %m %p %l\\n' | LC_ALL=C sort; "
+    "find . \\( -name .git -o -name __pycache__ \\) -prune -o -type f ! -name '*.pyc' ! -name '*.log' "
+    "! -name '*.pid' -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum; }} | sha256sum | cut -c1-16"
+)
+
+
+def run_state(
+    task,
+    script: str | None,
+    backend: str = "bwrap",
+    cache_dir: Path | None = None,
+    agent_lines: tuple[str, ...] = (),
+    digest: bool = False,
+) -> dict[str, Any]:
+    """One fresh sandbox: `script` (ORACLE, bash text, or None = nothing), then `agent_lines`
+    typed into the persistent shell (so `export`s persist, as an agent's would), optionally
+    the workdir digest, then the task's verifier."""
     from t1.oracle import open_task_sandbox, run_solution
     from t1.verifier import score_in_sandbox
 
     t0 = time.monotonic()
     error = None
+    out: dict[str, Any] = {}
     with open_task_sandbox(task, backend, cache_dir) as sb:
         if script == ORACLE:
             error = run_solution(task, sb)
@@ -48,20 +68,28 @@ def _run_state(task, script: str | None, backend: str, cache_dir: Path | None) -
                 p = Path(tmp) / "before.sh"
                 p.write_text(script)
                 sb.put(p, "/tmp/t1-before/solve.sh")
-            r = sb.exec(
-                f"cd {task.workdir} && bash /tmp/t1-before/solve.sh", timeout=task.agent_timeout_s
-            )
+            r = sb.exec(f"cd {task.workdir} && bash /tmp/t1-before/solve.sh", timeout=task.agent_timeout_s)
             if r.timed_out or r.exit_code != 0:
                 error = f"solution exited {r.exit_code}: {r.output.strip()[-300:]}"
+        for line in agent_lines:
+            sb.exec(line, timeout=60)
+        if digest:
+            r = sb.exec(DIGEST_CMD.format(wd=task.workdir), timeout=120)
+            out["digest"] = r.output.strip()[-16:] if r.exit_code == 0 else None
         res = score_in_sandbox(task, sb)
-    return {
-        "outcomes": {a.name: a.outcome for a in res.assertions},
-        "passed": res.passed,
-        "total": res.total,
-        "source": res.source,
-        "error": res.error or error,
-        "seconds": round(time.monotonic() - t0, 3),
-    }
+    out.update(
+        {
+            "outcomes": {a.name: a.outcome for a in res.assertions},
+            "passed": res.passed,
+            "total": res.total,
+            "source": res.source,
+            "error": res.error or error,
+            "seconds": round(time.monotonic() - t0, 3),
+        }
+    )
+    return out
+
+
 
 
 def _passing(outcomes: dict[str, str]) -> set[str]:
@@ -92,7 +120,7 @@ def validate_task(
         new = d.new_assertions
         row["metrics"] = metrics(d)
         row["new_assertions"] = new
-        full = _run_state(task, ORACLE, backend, cache)
+        full = run_state(task, ORACLE, backend, cache, digest=True)
         row["reference"] = full
         if full["error"]:
             reasons.append(f"reference: {full['error']}")
@@ -105,9 +133,9 @@ def validate_task(
                 f"new assertions absent from the verifier's outcomes: {', '.join(missing[:5])}"
             )
         if not reasons:
-            noop = _run_state(task, None, backend, cache)
+            noop = run_state(task, None, backend, cache)
             seedlike = not new or (d.new_from == 0 and d.base is None)
-            before = noop if seedlike else _run_state(task, d.parent_solution(), backend, cache)
+            before = noop if seedlike else run_state(task, d.parent_solution(), backend, cache)
             row["before"] = {k: v for k, v in before.items() if k != "outcomes"}
             row["noop"] = {k: v for k, v in noop.items() if k != "outcomes"}
             row["noop_score"] = noop["passed"] / noop["total"] if noop["total"] else 0.0
@@ -129,8 +157,33 @@ def validate_task(
     return row
 
 
-def _validate_args(args: tuple[str, str, str | None]) -> dict[str, Any]:
-    return validate_task(*args)
+def parallel_map(
+    fn: Callable[..., dict[str, Any]],
+    items: list[tuple[Any, ...]],
+    jobs: int,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """`fn(*item)` for each item in `jobs` worker processes; rows in item order. A worker
+    that dies yields a rejected row naming the item (items[i][0] is its task directory)."""
+    rows: list[dict[str, Any] | None] = [None] * len(items)
+    if jobs <= 1:
+        for i, it in enumerate(items):
+            rows[i] = fn(*it)
+            if on_row:
+                on_row(rows[i])
+        return rows  # type: ignore[return-value]
+    ctx = multiprocessing.get_context("forkserver")
+    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        futs = {pool.submit(fn, *it): i for i, it in enumerate(items)}
+        for fut in cf.as_completed(futs):
+            i = futs[fut]
+            try:
+                rows[i] = fut.result()
+            except Exception as e:  # a worker died (OOM, signal): the candidate is rejected
+                rows[i] = _dead_worker_row(str(items[i][0]), e)
+            if on_row:
+                on_row(rows[i])
+    return rows  # type: ignore[return-value]
 
 
 def validate_many(
@@ -156,25 +209,7 @@ def validate_many(
         return _validate_slurm(items, jobs, folder, slurm or {}, on_row)
     if executor != "local":
         raise ValueError(f"executor must be local or slurm, got {executor!r}")
-    rows: list[dict[str, Any] | None] = [None] * len(items)
-    if jobs <= 1:
-        for i, it in enumerate(items):
-            rows[i] = _validate_args(it)
-            if on_row:
-                on_row(rows[i])
-        return rows  # type: ignore[return-value]
-    ctx = multiprocessing.get_context("forkserver")
-    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        futs = {pool.submit(_validate_args, it): i for i, it in enumerate(items)}
-        for fut in cf.as_completed(futs):
-            i = futs[fut]
-            try:
-                rows[i] = fut.result()
-            except Exception as e:  # a worker died (OOM, signal): the candidate is rejected
-                rows[i] = _dead_worker_row(items[i][0], e)
-            if on_row:
-                on_row(rows[i])
-    return rows  # type: ignore[return-value]
+    return parallel_map(validate_task, items, jobs, on_row)
 
 
 def _dead_worker_row(task_dir: str, e: BaseException) -> dict[str, Any]:
