@@ -1,0 +1,329 @@
+"""`t1 pool`: materialize a ranked task pool with a manifest; `PoolLoader` shuffles per epoch.
+
+    t1 pool --in results/synth/tasks --out results/pool              # audit.json found beside
+    t1 pool --in A B --audit A/audit.json --audit B/audit.json --out POOL --threshold 0.9
+
+    loader = PoolLoader("results/pool", seed=cfg.run.seed)
+    for task in loader.epoch(3): ...        # a permutation fixed by (seed, epoch)
+
+Scores come from `t1 audit` reports (`--audit FILE`, else `<in>/audit.json` or
+`<in>/../audit.json`): rejected tasks are left out, borderline ones only with
+`--include-borderline`; tasks without an audit row are ranked after the audited ones by
+difficulty (and counted in the manifest as unaudited). Near-duplicates (MinHash Jaccard >=
+threshold over 5-word shingles of instruction, solution and tests; t1.audit) are removed,
+keeping the better-ranked task. The pool is written in quality-rank order
+(`tasks/00000-<id>/`, repaired instructions applied) with `manifest.json`: schema_version,
+status, created, threshold, counts, `binary_outcomes` (every verifier gives only a reward
+file: a pool for critic warm-up), and per task rank, id, path, score, category, difficulty,
+assertions, binary_only; plus the removed duplicates. Because the order on disk is the quality
+ranking, training must shuffle: `PoolLoader` only hands tasks out per epoch, in a permutation
+drawn from (seed, epoch), so runs are reproducible and resumable at any epoch.
+Exit 0 on success, 1 when no task survives, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+def _audit_rows(dirs: list[Path], audits: list[Path]) -> dict[str, dict[str, Any]]:
+    """Audit rows keyed by resolved task path (and by task name as a fallback)."""
+    files = list(audits)
+    for d in dirs:
+        for cand in (d / "audit.json", d.parent / "audit.json"):
+            if cand.is_file() and cand not in files:
+                files.append(cand)
+                break
+    rows: dict[str, dict[str, Any]] = {}
+    for f in files:
+        try:
+            report = json.loads(Path(f).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"{f}: not an audit report: {e}") from None
+        if report.get("schema_version") != 1 or "tasks" not in report:
+            raise ValueError(f"{f}: not an audit report (schema_version 1 with tasks)")
+        for r in report["tasks"]:
+            rows[str(Path(r["path"]).resolve())] = r
+            rows.setdefault(f"name:{r['task']}", r)
+    return rows
+
+
+def _static_binary(task_dir: Path) -> bool:
+    """No per-assertion outcomes: the verifier does not run pytest over a tests file."""
+    sh = task_dir / "tests" / "test.sh"
+    run = task_dir / "run-tests.sh"
+    text = (sh.read_text(errors="replace") if sh.is_file() else "") + (
+        run.read_text(errors="replace") if run.is_file() else ""
+    )
+    has_py = any((task_dir / "tests").glob("test_*.py")) if (task_dir / "tests").is_dir() else False
+    return not ("pytest" in text and has_py)
+
+
+def build_pool(
+    in_dirs: list[Path],
+    out: Path,
+    audits: list[Path] = (),
+    threshold: float = 0.9,
+    include_borderline: bool = False,
+) -> dict[str, Any]:
+    """Rank, deduplicate and materialize; returns the manifest (also written to out/)."""
+    from t1.audit import difficulty_of, minhash, shingles, similarity, task_text
+    from t1.tasks import find_tasks
+
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out}: exists and is not empty; choose a new --out")
+    dirs = [p.resolve() for p in find_tasks(in_dirs)]
+    rows = _audit_rows([Path(d) for d in in_dirs], list(audits))
+    entries, skipped = [], {"rejected": 0, "borderline": 0}
+    for d in dirs:
+        r = rows.get(str(d)) or rows.get(f"name:{d.name}")
+        if r is not None and r["stage"] == "rejected":
+            skipped["rejected"] += 1
+            continue
+        if r is not None and r["stage"] == "borderline" and not include_borderline:
+            skipped["borderline"] += 1
+            continue
+        assertions = (r or {}).get("assertions") or _count_tests(d)
+        entries.append(
+            {
+                "dir": d,
+                "id": d.name,
+                "score": r["score"] if r else None,
+                "audited": r is not None,
+                "category": (r or {}).get("category") or _category(d),
+                "difficulty": (r or {}).get("difficulty", difficulty_of(d, assertions)),
+                "assertions": assertions,
+                "binary_only": bool(r["binary_only"]) if r else _static_binary(d),
+                "instruction": (r or {}).get("repaired_instruction")
+                if (r or {}).get("repaired")
+                else None,
+            }
+        )
+    # quality rank: audited by score, then unaudited by difficulty; ties by id (stable)
+    entries.sort(key=lambda e: (not e["audited"], -(e["score"] or 0.0), -e["difficulty"], e["id"]))
+    sigs = [minhash(shingles(task_text(e["dir"]))) for e in entries]
+    kept: list[int] = []
+    removed = []
+    bands: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+    for i, sig in enumerate(sigs):
+        cands = {j for b in range(16) for j in bands.get((b, tuple(sig[b * 4 : b * 4 + 4])), [])}
+        best = max(((similarity(sig, sigs[j]), j) for j in cands), default=(0.0, -1))
+        if best[0] >= threshold:
+            removed.append(
+                {
+                    "id": entries[i]["id"],
+                    "duplicate_of": entries[best[1]]["id"],
+                    "similarity": round(best[0], 4),
+                }
+            )
+            continue
+        kept.append(i)
+        for b in range(16):
+            bands.setdefault((b, tuple(sig[b * 4 : b * 4 + 4])), []).append(i)
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "tasks").mkdir(parents=True)
+    tasks = []
+    for rank, i in enumerate(kept):
+        e = entries[i]
+        rel = f"tasks/{rank:05d}-{e['id']}"
+        shutil.copytree(e["dir"], tmp / rel, symlinks=True)
+        if e["instruction"]:
+            (tmp / rel / "instruction.md").write_text(e["instruction"])
+        tasks.append(
+            {
+                "rank": rank,
+                "id": e["id"],
+                "path": rel,
+                "score": e["score"],
+                "category": e["category"],
+                "difficulty": round(e["difficulty"], 4),
+                "assertions": e["assertions"],
+                "binary_only": e["binary_only"],
+                "audited": e["audited"],
+                "source": str(e["dir"]),
+            }
+        )
+    manifest = {
+        "schema_version": SCHEMA_VERSION,
+        "status": "complete",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "inputs": [str(Path(p).resolve()) for p in in_dirs],
+        "threshold": threshold,
+        "binary_outcomes": bool(tasks) and all(t["binary_only"] for t in tasks),
+        "counts": {
+            "found": len(dirs),
+            "kept": len(tasks),
+            "duplicates_removed": len(removed),
+            "rejected_by_audit": skipped["rejected"],
+            "borderline_left_out": skipped["borderline"],
+            "unaudited": sum(not t["audited"] for t in tasks),
+            "binary_only": sum(t["binary_only"] for t in tasks),
+        },
+        "categories": _category_counts(tasks),
+        "tasks": tasks,
+        "removed_duplicates": removed,
+    }
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    if out.exists():
+        out.rmdir()
+    os.replace(tmp, out)
+    return manifest
+
+
+def _count_tests(d: Path) -> int:
+    p = d / "tests" / "test_outputs.py"
+    return p.read_text(errors="replace").count("\ndef test") if p.is_file() else 0
+
+
+def _category(d: Path) -> str:
+    try:
+        from t1.tasks import load_task
+
+        return load_task(d).category
+    except Exception:  # a task that does not load keeps its place; the category is unknown
+        return "unknown"
+
+
+def _category_counts(tasks: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for t in tasks:
+        out[t["category"]] = out.get(t["category"], 0) + 1
+    return dict(sorted(out.items()))
+
+
+@dataclass(frozen=True)
+class PoolTask:
+    rank: int
+    id: str
+    path: Path
+    score: float | None
+    category: str
+    assertions: int
+    binary_only: bool
+
+
+class PoolLoader:
+    """A materialized pool, handed out one epoch at a time in a seeded permutation.
+
+    The directory order is the quality ranking, so there is deliberately no way to iterate in
+    that order: `epoch(e)` returns the tasks permuted by (seed, e) — reproducible, different
+    per epoch, and never the identity for pools of more than two tasks.
+    """
+
+    def __init__(self, pool_dir: str | Path, seed: int) -> None:
+        self.dir = Path(pool_dir)
+        path = self.dir / MANIFEST
+        try:
+            m = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: cannot read the pool manifest: {e}") from None
+        if m.get("schema_version") != SCHEMA_VERSION or m.get("status") != "complete":
+            raise ValueError(
+                f"{path}: not a complete pool manifest (schema_version {SCHEMA_VERSION})"
+            )
+        self.manifest = m
+        self.seed = int(seed)
+        self.binary_outcomes = bool(m.get("binary_outcomes"))
+        self._tasks = [
+            PoolTask(
+                t["rank"],
+                t["id"],
+                self.dir / t["path"],
+                t["score"],
+                t["category"],
+                t["assertions"],
+                t["binary_only"],
+            )
+            for t in m["tasks"]
+        ]
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __iter__(self):
+        raise TypeError("a pool is stored in quality-rank order; iterate PoolLoader.epoch(e)")
+
+    def order(self, epoch: int) -> list[int]:
+        """The permutation of ranks for `epoch` (pure function of seed and epoch)."""
+        n = len(self._tasks)
+        idx = list(range(n))
+        rng = random.Random(f"t1-pool:{self.seed}:{int(epoch)}")
+        rng.shuffle(idx)
+        while n > 2 and idx == sorted(idx):  # never hand out the ranking itself
+            rng.shuffle(idx)
+        return idx
+
+    def epoch(self, epoch: int) -> list[PoolTask]:
+        return [self._tasks[i] for i in self.order(epoch)]
+
+    def batches(self, epoch: int, size: int, start: int = 0) -> list[list[PoolTask]]:
+        """The epoch's permutation cut into batches, from task `start` (a resume cursor)."""
+        tasks = self.epoch(epoch)[start:]
+        return [tasks[i : i + size] for i in range(0, len(tasks), size)]
+
+    def epochs_needed(self, tasks: int) -> int:
+        return math.ceil(tasks / len(self._tasks)) if self._tasks else 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--in",
+        dest="inputs",
+        nargs="+",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="task directories or directories of tasks",
+    )
+    parser.add_argument("--out", type=Path, required=True, help="pool directory (new)")
+    parser.add_argument(
+        "--audit",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="t1 audit report (repeatable)",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        help="near-duplicate MinHash Jaccard (default: config synth.dedup_threshold)",
+    )
+    parser.add_argument(
+        "--include-borderline", action="store_true", help="keep tasks the audit marked borderline"
+    )
+    parser.add_argument("--config", type=Path, help="campaign config (synth.dedup_threshold)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from t1.config import Config, load_config
+
+    cfg = load_config(args.config) if args.config else Config()
+    threshold = cfg.synth.dedup_threshold if args.threshold is None else args.threshold
+    try:
+        m = build_pool(args.inputs, args.out, args.audit, threshold, args.include_borderline)
+    except (FileExistsError, ValueError) as e:
+        print(f"t1 pool: {e}", file=sys.stderr)
+        return 2
+    c = m["counts"]
+    print(
+        f"pool {args.out}: {c['kept']} tasks of {c['found']} ({c['duplicates_removed']} near-duplicates removed, "
+        f"{c['rejected_by_audit']} rejected by the audit, {c['borderline_left_out']} borderline left out, "
+        f"{c['unaudited']} unaudited); binary outcomes only: {m['binary_outcomes']}"
+    )
+    return 0 if c["kept"] else 1
