@@ -94,6 +94,7 @@ class LocalEngine:
         self.layers, self.k, self.num_experts = rt.routing_shape(model)
         self.record_dtype = torch.uint8 if self.num_experts <= 256 else torch.int16
         self.max_position = int(model.config.max_position_embeddings)
+        self.vocab_size = int(model.config.vocab_size)
         self.prefix_cache = prefix_cache
         self.max_sessions = max_sessions
         self.max_batch = max_batch
@@ -138,6 +139,16 @@ class LocalEngine:
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         if not requests:
             return []
+        for req in requests:  # refuse here, so one bad request never fails a shared batch
+            if len(req.input_ids) >= self.max_position:
+                raise ValueError(
+                    f"request {req.request_id}: prompt of {len(req.input_ids)} tokens reaches the "
+                    f"context limit {self.max_position}"
+                )
+            if max(req.input_ids) >= self.vocab_size or min(req.input_ids) < 0:
+                raise ValueError(
+                    f"request {req.request_id}: token id outside [0, {self.vocab_size})"
+                )
         return self._submit(_Job("generate", requests=list(requests))).results
 
     def abort(self, request_id: str) -> None:
@@ -243,11 +254,6 @@ class LocalEngine:
         return [self._finish_row(row, prefill, decode) for row in rows]
 
     def _start_row(self, req: GenerateRequest, first_of_session: bool) -> _Row:
-        if len(req.input_ids) >= self.max_position:
-            raise ValueError(
-                f"request {req.request_id}: prompt of {len(req.input_ids)} tokens reaches the "
-                f"context limit {self.max_position}"
-            )
         row = _Row(req=req)
         if req.sampling.seed is not None:
             row.generator = torch.Generator().manual_seed(req.sampling.seed)

@@ -227,3 +227,12 @@ def test_qwen3_5_moe_generates_with_routing():
     assert second.cached_tokens == len(p) + len(first.output_ids) - 1
     ref = LocalEngine(build_policy(ModelConfig(arch="qwen3_5_moe"), VOCAB, seed=0), dtype="float32")
     assert second.output_ids == ref.generate([GenerateRequest(nxt, sp)])[0].output_ids
+
+
+def test_bad_requests_are_refused_before_batching(policy):
+    eng = _engine(policy)
+    with pytest.raises(ValueError, match="outside"):
+        eng.generate([GenerateRequest([1, VOCAB], GREEDY)])
+    with pytest.raises(ValueError, match="context limit"):
+        eng.generate([GenerateRequest([1] * 8192, GREEDY)])
+    assert eng.generate([GenerateRequest([1, 2], GREEDY)])[0].output_ids
