@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -96,12 +97,12 @@ def collate(rows: Sequence[Row], pad_id: int = 0) -> Batch:
             raise ValueError(
                 f"collate: row {i}: loss_mask has {len(r.loss_mask)} entries for {n} ids"
             )
-        ids[i, :n] = torch.as_tensor(list(r.ids), dtype=torch.long)
-        mask[i, :n] = torch.as_tensor(list(r.loss_mask), dtype=torch.bool)
+        ids[i, :n] = _as_tensor(r.ids).to(torch.long)
+        mask[i, :n] = _as_tensor(r.loss_mask).to(torch.bool)
         if r.logprobs is not None:
             if len(r.logprobs) != n:
                 raise ValueError(f"collate: row {i}: {len(r.logprobs)} logprobs for {n} ids")
-            logp[i, :n] = torch.as_tensor(list(r.logprobs), dtype=torch.float32)
+            logp[i, :n] = _as_tensor(r.logprobs).to(torch.float32)
         if r.routing is not None:
             rt = _as_tensor(r.routing)
             if rt.shape[0] != n:
@@ -114,4 +115,4 @@ def collate(rows: Sequence[Row], pad_id: int = 0) -> Batch:
 
 
 def _as_tensor(x: Any) -> torch.Tensor:
-    return x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
+    return x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))

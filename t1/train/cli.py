@@ -35,6 +35,7 @@ from --from. Exit codes: 0 done, 2 bad arguments/config, 3 input records missing
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 STAGES = ("sft", "critic_warmup", "ppo")
 
@@ -64,6 +65,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from t1.train.stages import run_stage
+    import importlib
 
-    return run_stage(args)
+    import torch
+
+    from t1.config import ConfigError, load_config
+    from t1.supervise import StopRequest
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        print(f"t1 train: {e}")
+        return 2
+    if args.stage == "ppo" and args.critic and not Path(args.critic, "critic").is_dir():
+        print(f"t1 train: --critic {args.critic}: no critic/ directory (a critic_warmup output?)")
+        return 2
+    torch.set_num_threads(cfg.run.threads)
+    torch.manual_seed(cfg.run.seed)
+    stop = StopRequest()  # SIGUSR2 / SIGTERM: save at the next step boundary, exit 75
+    module = importlib.import_module(f"t1.train.{args.stage}")
+    return module.run(cfg, args, stop)

@@ -86,8 +86,10 @@ class HFTrainer:
         max_grad_norm: float = 1.0,
         replay: bool = True,
         seed: int = 0,
+        forward_rows: int = 4,
     ) -> None:
         self.actor, self.critic = actor, critic
+        self.forward_rows = max(1, forward_rows)  # rows per no-grad forward (bounds memory)
         self.replay = replay
         self.max_grad_norm = max_grad_norm
         betas = (float(betas[0]), float(betas[1]))
@@ -114,22 +116,43 @@ class HFTrainer:
         with self._replay(batch):
             return self.actor(input_ids=batch.input_ids, use_cache=False).logits
 
+    def _chunks(self, batch: Batch):
+        """Row chunks of `forward_rows` for the no-grad forwards, each trimmed to its length."""
+        for i in range(0, batch.size, self.forward_rows):
+            yield list(range(i, min(i + self.forward_rows, batch.size)))
+
+    def _stitch(self, parts: list[tuple[list[int], torch.Tensor]], batch: Batch) -> torch.Tensor:
+        out = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
+        for idx, x in parts:
+            out[idx[0] : idx[-1] + 1, : x.shape[1]] = x
+        return out
+
     def actor_forward(self, batch: Batch, entropy: bool = False) -> ActorOutput:
         """No-grad forward of the actor: logp [B, T] (and entropy [B, T] if asked)."""
         self._note("actor.forward")
         self.actor.eval()
+        logps, ents = [], []
         with torch.no_grad():
-            logits = self._actor_logits(batch)
-            logp = token_logp(logits, batch.input_ids)
-            ent = token_entropy(logits) if entropy else None
-        return ActorOutput(logp=logp, entropy=ent)
+            for idx in self._chunks(batch):
+                mb = batch.select(idx)
+                logits = self._actor_logits(mb)
+                logps.append((idx, token_logp(logits, mb.input_ids)))
+                if entropy:
+                    ents.append((idx, token_entropy(logits)))
+        return ActorOutput(
+            self._stitch(logps, batch), self._stitch(ents, batch) if entropy else None
+        )
 
     def critic_values(self, batch: Batch) -> torch.Tensor:
         """No-grad values [B, T] of the critic (aligned to tokens)."""
         self._note("critic.values")
         self.critic.eval()
         with torch.no_grad():
-            return shift_values(self.critic(batch.input_ids))
+            parts = [
+                (idx, shift_values(self.critic(batch.select(idx).input_ids)))
+                for idx in self._chunks(batch)
+            ]
+        return self._stitch(parts, batch)
 
     # ------------------------------------------------------------------ updates
 

@@ -109,7 +109,7 @@ def ppo_step(
                     o, a = _rows(old_logp, idx, b), _rows(advantages, idx, b)
                     loss = policy_loss(logp, o, a, b.loss_mask, cfg.clip_eps)
                     return loss, {
-                        "policy_loss": float(loss),
+                        "policy_loss": float(loss.detach()),
                         "clip_fraction": clip_fraction(logp, o, b.loss_mask, cfg.clip_eps),
                     }
 
@@ -137,8 +137,9 @@ def batch_stats(batch: Batch) -> dict[str, Any]:
         "rows": batch.size,
         "tokens": batch.tokens,
         "loss_tokens": batch.loss_tokens,
-        "reward_mean": float(batch.reward.mean()) if batch.size else math.nan,
     }
+    rewards = [float(m["reward"]) for m in meta if "reward" in m] or batch.reward.tolist()
+    out["reward_mean"] = sum(rewards) / len(rewards) if rewards else math.nan
     resolved = [m for m in meta if "resolved" in m]
     if resolved:
         out["resolved_rate"] = sum(bool(m["resolved"]) for m in resolved) / len(resolved)

@@ -23,6 +23,7 @@ def _random_routing(batch, experts: int = 8, seed: int = 1):
 
 def test_replay_uses_recorded_experts_except_at_placeholders(trainer, batch):
     batch.routing = _random_routing(batch)
+    trainer.forward_rows = batch.size  # one forward, so the gate taps line up with the batch
     seen = []  # (live logits, ids used) per layer, seen after the replay hook ran
     hooks = [
         g.register_forward_hook(lambda m, i, o: seen.append((o[0], o[2])))

@@ -1,0 +1,99 @@
+"""Critic warm-up: value training over a binary-reward pool before any policy step.
+
+    t1 train --config FILE --stage critic_warmup --in POOL_DIR --from SFT_DIR --out DIR
+
+The critic starts from the SFT policy's backbone with a fresh value head and is trained for
+`critic_warmup.epochs` (1) over the pool's trajectories, rewards binary (1 iff every
+assertion passed), the policy frozen (not even loaded into the optimizer). Loss: 0.5 * MSE
+between the values and the returns (gamma = lambda = 1: each row's reward) over the loss
+region, token-level mean. Each step logs the value loss and the explained variance of the
+minibatch's values before that step (`critic_warmup_step` events). Writes DIR/critic (the
+critic weights only), DIR/trainer.pt, DIR/DONE.json.
+
+The dense campaign then loads only these weights (`t1 train --stage ppo --critic DIR`) and
+re-calibrates: its first `critic_warmup.recalibration_rollouts` (2) PPO steps update the
+critic alone on the dense-reward rollouts (`recalibrate`), then policy steps begin. With
+`critic_warmup.enabled: false` the PPO stage starts with a cold critic instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+
+from t1.config import Config, PPOConfig
+from t1.metrics_log import MetricsLog
+from t1.policy import Critic, load_policy, torch_dtype
+from t1.ppo.advantages import gae, token_rewards
+from t1.ppo.losses import value_loss
+from t1.ppo.metrics import explained_variance
+from t1.train.batch import Batch
+from t1.train.data import DataError, load_rows
+from t1.train.state import EXIT_REQUEUE, StageDir, build_trainer, load_tokenizer_for, run_epochs
+from t1.train.step import ppo_step
+
+
+def warmup_loss(values: torch.Tensor, batch: Batch):
+    """0.5 * MSE to the returns over the loss region; metrics include the pre-step EV."""
+    rewards = token_rewards(batch.reward, batch.loss_mask)
+    _, returns = gae(rewards, torch.zeros_like(values), batch.loss_mask, 1.0, 1.0)
+    loss = value_loss(values, values.detach(), returns, batch.loss_mask, clip_eps=math.inf)
+    ev = explained_variance(values, returns, batch.loss_mask)
+    return loss, {
+        "value_loss": float(loss.detach()),
+        "explained_variance": ev,
+        "reward_mean": float(batch.reward.mean()),
+    }
+
+
+def recalibrate(trainer, batch: Batch, ppo: PPOConfig, gap_ema: float | None) -> dict:
+    """One critic-only PPO step (the re-calibration after loading warmed-up weights)."""
+    return ppo_step(trainer, batch, ppo, gap_ema=gap_ema, update_actor=False)
+
+
+def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
+    out = StageDir(args.out, "critic_warmup")
+    if out.done():
+        print(f"t1 train critic_warmup: {out.done_file} exists; nothing to do")
+        return 0
+    try:
+        tokenizer = load_tokenizer_for(args.tokenizer, args.inputs)
+        rows, stats = load_rows(args.inputs, tokenizer, reward="binary", require_reward=False)
+    except DataError as e:
+        print(f"t1 train critic_warmup: {e}")
+        return 3
+    if not rows:
+        print(
+            f"t1 train critic_warmup: no trainable trajectory under {', '.join(args.inputs)} ({stats})"
+        )
+        return 3
+    policy = load_policy(f"{args.source}/actor", dtype=torch_dtype(cfg.model.train_dtype))
+    critic = Critic.from_policy(policy, seed=cfg.run.seed + 1)
+    del policy
+    trainer = build_trainer(cfg, None, critic)
+    saved = out.load()
+    progress = {}
+    if saved is not None:
+        trainer.load_state_dict(saved["trainer"])
+        progress = saved["progress"]
+    with MetricsLog(out.path) as log:
+
+        def on_step(step, m):
+            log.write("critic_warmup_step", step, **m)
+
+        status = run_epochs(
+            trainer, rows, cfg.critic_warmup.epochs, cfg.critic_warmup.batch,
+            lambda mb: trainer.critic_update(mb, warmup_loss), progress, out, cfg.sft.save_every,
+            on_step, stop, args.max_steps,
+        )  # fmt: skip
+        if status == "stopped":
+            return EXIT_REQUEUE
+        if status == "max_steps":
+            return 0
+        trainer.save_weights(out.path, actor=False, critic=True)
+        out.save(trainer, progress, complete=True)
+        log.write("critic_warmup_done", progress["step"], **stats)
+    out.finish({"steps": progress["step"], "data": stats})
+    return 0
