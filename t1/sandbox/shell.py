@@ -78,7 +78,9 @@ def outer_loop(nonce: str, ctl_inside: str) -> list[str]:
 
 def sentinel_re(nonce: str) -> re.Pattern[bytes]:
     """Matches any sentinel of this shell: kind C<n> (command), S<n> (sync), R (ready), X (exit)."""
-    return re.compile(rb"\n?\x1eT1-" + re.escape(nonce.encode()) + rb"-([CSRX])(\d*)-(-?\d+)\x1e\n")
+    return re.compile(
+        rb"\r?\n?\x1eT1-" + re.escape(nonce.encode()) + rb"-([CSRX])(\d*)-(-?\d+)\x1e\r?\n"
+    )
 
 
 class CappedOutput:
@@ -223,6 +225,7 @@ class PtyShell:
         path.write_text(cmd if cmd.endswith("\n") else cmd + "\n")
         out = CappedOutput(self.cap)
         self._pending.clear()
+        self._quiet_tty()
         self._write(f"__t1_run {n}\n".encode())
         deadline = None if timeout is None else t0 + timeout
         hit = self._read_until(out, deadline, kinds="CX", seq=str(n))
@@ -280,6 +283,17 @@ class PtyShell:
         if hit is not None:
             self._after_ready()
         return hit is not None
+
+    def _quiet_tty(self) -> None:
+        """Echo and onlcr off again (an earlier command may have run `stty echo` or `reset`)."""
+        try:
+            attrs = termios.tcgetattr(self.master)
+            if attrs[3] & termios.ECHO or attrs[1] & termios.ONLCR:
+                attrs[3] &= ~termios.ECHO
+                attrs[1] &= ~termios.ONLCR
+                termios.tcsetattr(self.master, termios.TCSANOW, attrs)
+        except termios.error:
+            pass
 
     def _fg_pgid(self) -> int:
         try:

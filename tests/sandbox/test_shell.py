@@ -136,3 +136,8 @@ def test_dead_process_raises(shell):
     shell.proc.wait()
     with pytest.raises(SandboxError):
         shell.exec("echo x")
+
+
+def test_stty_echo_by_a_command_does_not_leak_into_output(shell):
+    shell.exec("stty echo onlcr")
+    assert shell.exec("echo clean").output == "clean\n"
