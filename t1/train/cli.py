@@ -13,10 +13,12 @@
            critic_warmup  an SFT output DIR (its actor is the frozen policy and the critic's
                           backbone initialisation)
            ppo            an SFT output DIR (first step) or the previous PPO step's DIR
---critic (ppo, first step only) a critic_warmup output DIR: load only its critic weights; the
-         next `critic_warmup.recalibration_rollouts` (default 2) ppo invocations then update
-         the critic only, then policy steps begin. Without --critic, or with
-         `critic_warmup.enabled: false`, the critic starts cold (policy backbone + fresh head).
+--critic (ppo) a critic_warmup output DIR: on the first step (--from an SFT DIR) load only
+         its critic weights; that step and the next up to `critic_warmup.recalibration_rollouts`
+         (default 2) ppo steps in all update the critic only, then policy steps begin. Ignored
+         when --from is a PPO step (the critic is in its trainer.pt). Without --critic, or
+         with `critic_warmup.enabled: false`, the critic starts cold (policy backbone + fresh
+         value head).
 --out    the output directory:
            DIR/trainer.pt     full trainer state (actor, critic, both optimizers, RNG states,
                               counters); written to a temp file and renamed
@@ -24,12 +26,16 @@
            DIR/critic/        critic weights
            DIR/metrics.jsonl  one JSON event per optimizer step / stage end (+ tensorboard/)
            DIR/DONE.json      {"schema_version", "status": "complete", "stage", ...}, last
---tokenizer FILE  tokenizer.json, only for stages whose trajectories need template glue
+--tokenizer DIR   tokenizer directory for TITO's retokenized relation (default: the one the
+                  trajectories recorded in their metadata; our own agent loop never needs it)
 --max-steps N     stop after N optimizer steps (smoke runs); the stage is then not DONE
 
 Resumable: a DIR with DONE.json is left alone (exit 0); a DIR with trainer.pt but no DONE.json
 continues from that state (sft saves every `sft.save_every` steps); otherwise the stage starts
-from --from. Exit codes: 0 done, 2 bad arguments/config, 3 input records missing or malformed.
+from --from. On SIGUSR2 / SIGTERM (t1 supervise, Slurm) sft and critic_warmup save trainer.pt
+at the next optimizer-step boundary and exit 75; a ppo step (short) is finished first.
+Exit codes: 0 done (or --max-steps reached), 2 bad arguments/config, 3 input records missing,
+malformed or without a trainable trajectory, 75 stopped by a signal (rerun to resume).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from typing import Any
 from t1.config import Config
 from t1.metrics_log import MetricsLog
 from t1.policy import Critic, load_policy, torch_dtype
+from t1.supervise import heartbeat
 from t1.train.batch import collate
 from t1.train.critic_warmup import recalibrate
 from t1.train.data import DataError, load_rows
@@ -114,6 +115,7 @@ def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
                 recalibration_left=progress["recalibration_left"],
             )
             log.write("ppo_step", step, **metrics)
+        heartbeat()
         progress["step"] = step + 1
         progress["done"] = True
         out.save(trainer, progress)

@@ -62,7 +62,6 @@ def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
 
         def on_step(step, m):
             log.write("sft_step", step, **m)
-            _heartbeat()
 
         status = run_epochs(
             trainer, rows, cfg.sft.epochs, cfg.sft.batch, lambda mb: trainer.actor_update(mb, nll),
@@ -77,9 +76,3 @@ def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
         log.write("sft_done", progress["step"], **stats)
     out.finish({"steps": progress["step"], "data": stats})
     return 0
-
-
-def _heartbeat() -> None:
-    from t1.supervise import heartbeat
-
-    heartbeat()

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from t1.config import Config
+from t1.supervise import heartbeat
 from t1.train.batch import Row, collate
 from t1.train.hf import HFTrainer
 
@@ -171,6 +172,7 @@ def run_epochs(
             progress["step"] += 1
             taken += 1
             on_step(progress["step"], metrics)
+            heartbeat()
             if save_every > 0 and progress["step"] % save_every == 0:
                 stage_dir.save(trainer, progress)
         progress["epoch"] += 1
