@@ -59,7 +59,8 @@ BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def runtime_root() -> Path:
-    return Path(os.environ.get("T1_SANDBOX_DIR", Path(tempfile.gettempdir()) / "t1-sandbox"))
+    name = "t1-sandbox" if os.geteuid() == 0 else f"t1-sandbox-{os.geteuid()}"
+    return Path(os.environ.get("T1_SANDBOX_DIR", Path(tempfile.gettempdir()) / name))
 
 
 def host_symlinks(host_root: Path = Path("/")) -> dict[str, str]:
