@@ -35,23 +35,37 @@ def _patch(path: str, pairs: list[tuple[str, str]]) -> str:
     return python_block("\n".join(lines))
 
 
+def _outcome(spec, code: str, case: list) -> tuple[str, object]:
+    """What `code` does on one case: ("returns", value) or ("raises", exception name)."""
+    try:
+        return "returns", spec.run(code, [case])[0]
+    except Exception as e:
+        return "raises", type(e).__name__
+
+
 @register("debugging.python_bug", "debugging", weight=1.3)
 def python_bug(ctx: StepContext):
-    spec, cases = pick_spec(ctx)
-    want = spec.run(spec.code(), cases)
-    order = list(range(len(spec.bugs)))
-    ctx.rng.shuffle(order)
-    for bug in order:
-        if any(not new for _, new in spec.bugs[bug]):
-            continue  # a deleted line cannot be patched back by replacement
-        faulty = spec.faulty(bug)
-        try:
-            got = spec.run(faulty, cases)
-        except Exception:
+    for _ in range(4):  # a spec whose planted bugs all leave these cases alone: draw again
+        spec, cases = pick_spec(ctx)
+        want = spec.run(spec.code(), cases)
+        # the fix replaces each faulty text, so it must be non-empty and unique in the faulty code
+        order = [
+            b
+            for b in range(len(spec.bugs))
+            if all(new and spec.faulty(b).count(new) == 1 for _, new in spec.bugs[b])
+        ]
+        ctx.rng.shuffle(order)
+        for bug in order:
+            faulty = spec.faulty(bug)
+            got = [_outcome(spec, faulty, c) for c in cases]
+            wrong = [
+                i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g != ("returns", w)
+            ]
+            if wrong:
+                break
+        else:
             continue
-        wrong = [i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g != w]
-        if wrong:
-            break
+        break
     else:
         raise NotApplicable
     k = wrong[0]
@@ -62,7 +76,7 @@ def python_bug(ctx: StepContext):
         "debugging.python_bug",
         f"""
         The function `{spec.name}` in `{path}` is buggy. It should take `{spec.params}` and
-        {spec.doc}. For instance `{call}` returns `{got[k]!r}` but must return `{want[k]!r}`.
+        {spec.doc}. For instance `{call}` {got[k][0]} `{got[k][1]!r}` but must return `{want[k]!r}`.
         Fix the bug in place (keep the module's path and the function's name).
         """,
         _patch(path, [(new, old) for old, new in spec.bugs[bug]]),

@@ -224,7 +224,10 @@ FUNCS: dict[str, FuncSpec] = {
             "returns `text` with every ASCII letter shifted `shift` places forward in the alphabet, wrapping around and keeping its case; other characters unchanged",
             'def {name}(text, shift):\n    out = []\n    for ch in text:\n        if "a" <= ch <= "z":\n            out.append(chr((ord(ch) - 97 + shift) % 26 + 97))\n        elif "A" <= ch <= "Z":\n            out.append(chr((ord(ch) - 65 + shift) % 26 + 65))\n        else:\n            out.append(ch)\n    return "".join(out)\n',
             _caesar_cases,
-            ((("% 26 + 97", "% 25 + 97"),), (("% 26 + 65", "% 26 + 97"),)),
+            (
+                (("+ shift) % 26 + 97", "+ shift) % 25 + 97"),),
+                (("(ord(ch) - 65 + shift) % 26 + 65", "(ord(ch) - 65 + shift) % 26 + 97"),),
+            ),
         ),
         FuncSpec(
             "version_compare",

@@ -112,8 +112,12 @@ class LLMClient:
         """The model's text for one system + user prompt."""
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         if self.api == "openai":
-            body = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens,
-                    "temperature": self.temperature}
+            body = {
+                "model": self.model,
+                "messages": messages,
+                "max_tokens": self.max_tokens,
+                "temperature": self.temperature,
+            }
             if seed is not None:
                 body["seed"] = seed
             data = self._post("/v1/chat/completions", body)
@@ -121,11 +125,16 @@ class LLMClient:
                 return str(data["choices"][0]["message"]["content"] or "")
             except (KeyError, IndexError, TypeError):
                 raise LLMError(f"no choices[0].message.content in {str(data)[:200]}") from None
-        sampling: dict[str, Any] = {"max_new_tokens": self.max_tokens, "temperature": self.temperature}
+        sampling: dict[str, Any] = {
+            "max_new_tokens": self.max_tokens,
+            "temperature": self.temperature,
+        }
         if seed is not None:
             sampling["sampling_seed"] = seed
         if self.tokenizer is not None:
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            ids = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True
+            )
             if not isinstance(ids, list):  # newer transformers return a BatchEncoding
                 ids = list(ids["input_ids"])
             stop = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -147,7 +156,9 @@ def build_prompt(parent: Draft) -> str:
     """The user prompt: the task so far, the files it knows of, the end of its solution."""
     from t1.synth.draft import instruction_text
 
-    known = sorted({f.path for s in parent.steps for f in s.files} | {a.path for a in parent.artifacts})
+    known = sorted(
+        {f.path for s in parent.steps for f in s.files} | {a.path for a in parent.artifacts}
+    )
     sol = solution_text(parent)
     return "\n\n".join(
         [
@@ -218,7 +229,9 @@ def parse_candidate(raw: str, parent: Draft, index: int) -> tuple[Step | None, l
         elif k in obj and len(obj[k]) > MAX_FIELD[k]:
             reasons.append(f"field {k!r} is longer than {MAX_FIELD[k]} characters")
     files = obj.get("files") or {}
-    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+    if not isinstance(files, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in files.items()
+    ):
         reasons.append("field 'files' must map paths to text")
         files = {}
     category = obj.get("category") if obj.get("category") in CATEGORIES else "scripting"
@@ -229,7 +242,9 @@ def parse_candidate(raw: str, parent: Draft, index: int) -> tuple[Step | None, l
         tree = ast.parse(tests)
     except SyntaxError as e:
         return None, [f"tests do not parse: {e.msg} (line {e.lineno})"]
-    names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test")]
+    names = [
+        n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test")
+    ]
     if not names:
         return None, ["tests define no top-level test_ function"]
     bash_error = _bash_syntax(solution)
@@ -251,7 +266,9 @@ def parse_candidate(raw: str, parent: Draft, index: int) -> tuple[Step | None, l
     paths = sorted(x for x in literals if x.startswith(WORKDIR + "/") and " " not in x)
     unnamed = [p for p in paths if p not in instruction]
     if unnamed:
-        reasons.append(f"assertions reference paths the instruction does not name: {', '.join(unnamed[:5])}")
+        reasons.append(
+            f"assertions reference paths the instruction does not name: {', '.join(unnamed[:5])}"
+        )
     if reasons:
         return None, reasons
     offset = 1 if parent.base else 0

@@ -68,7 +68,9 @@ def run_state(
                 p = Path(tmp) / "before.sh"
                 p.write_text(script)
                 sb.put(p, "/tmp/t1-before/solve.sh")
-            r = sb.exec(f"cd {task.workdir} && bash /tmp/t1-before/solve.sh", timeout=task.agent_timeout_s)
+            r = sb.exec(
+                f"cd {task.workdir} && bash /tmp/t1-before/solve.sh", timeout=task.agent_timeout_s
+            )
             if r.timed_out or r.exit_code != 0:
                 error = f"solution exited {r.exit_code}: {r.output.strip()[-300:]}"
         for line in agent_lines:
@@ -88,8 +90,6 @@ def run_state(
         }
     )
     return out
-
-
 
 
 def _passing(outcomes: dict[str, str]) -> set[str]:
