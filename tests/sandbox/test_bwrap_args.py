@@ -120,3 +120,15 @@ def test_limits_scripts():
     ]
     js = join_script(mem)
     assert 'echo $$ > "/cg/memory/x/cgroup.procs"' in js and js.count("cgroup.procs") == 2
+
+
+def test_spec_from_config():
+    from t1.config import SandboxConfig
+    from t1.sandbox import spec_from_config
+
+    spec = spec_from_config(
+        SandboxConfig(memory_mb=256, provision_dir="/p", cow=False), workdir="/w"
+    )
+    assert spec.limits.memory_mb == 256 and spec.workdir == "/w"
+    assert spec.provision == Path("/p") and spec.cow is False
+    assert spec_from_config(SandboxConfig()).provision is None  # default location
