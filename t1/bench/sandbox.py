@@ -4,6 +4,8 @@
 
 * start: `open_sandbox(SandboxSpec())` until its persistent shell answers (bwrap, copy-on-write
   root, cgroup, provision bound), median of n; stop() timed apart. Target: median <= 50 ms.
+  Also the CPU time one start+stop costs, all processes together (cpuacct cgroup): on a
+  shared, overloaded machine that is the figure that does not depend on the load.
 * round trip: the same trivial commands (`true`, `echo hi`) through the persistent shell of one
   sandbox and through `subprocess.run(["bash", "-c", cmd])` outside any sandbox, interleaved
   in one run; ratio = shell / bash -c. Target: ratio <= 1.
@@ -38,11 +40,43 @@ def _ms(xs: list[float]) -> dict[str, float]:
     }
 
 
+class CpuMeter:
+    """CPU time of this process and all its descendants (sandboxes included), via a cpuacct
+    cgroup (v1, root) this process joins; None where that is not possible. Load-independent,
+    unlike wall time on a shared machine."""
+
+    def __init__(self) -> None:
+        self.dir: Path | None = None
+        base = Path("/sys/fs/cgroup/cpuacct")
+        if os.geteuid() == 0 and (base / "cpuacct.usage").exists():
+            d = base / f"t1-bench-{os.getpid()}"
+            try:
+                d.mkdir()
+                (d / "cgroup.procs").write_text(str(os.getpid()))
+                self.dir = d
+            except OSError:
+                self.dir = None
+
+    def ms(self) -> float | None:
+        return None if self.dir is None else int((self.dir / "cpuacct.usage").read_text()) / 1e6
+
+    def close(self) -> None:
+        if self.dir is not None:
+            (self.dir.parent / "cgroup.procs").write_text(str(os.getpid()))
+            time.sleep(0.05)
+            try:
+                self.dir.rmdir()
+            except OSError:
+                pass
+
+
 def bench(n: int) -> dict:
     from t1.sandbox import SandboxSpec, open_sandbox
 
     load0 = os.getloadavg()
     open_sandbox(SandboxSpec()).stop()  # warm: mask layer, page cache
+    meter = CpuMeter()
+    cpu0 = meter.ms()
     starts, stops = [], []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -51,6 +85,9 @@ def bench(n: int) -> dict:
         sb.stop()
         starts.append(t1 - t0)
         stops.append(time.perf_counter() - t1)
+    time.sleep(0.5)  # let the background removal of stopped sandboxes finish
+    cpu1 = meter.ms()
+    meter.close()
     ro_starts = []
     for _ in range(max(n // 5, 5)):
         t0 = time.perf_counter()
@@ -81,6 +118,7 @@ def bench(n: int) -> dict:
         "start_ms": _ms(starts),
         "start_ms_readonly_root": _ms(ro_starts),
         "stop_ms": _ms(stops),
+        "cpu_ms_per_start_stop": None if cpu0 is None else round((cpu1 - cpu0) / n, 2),
         "roundtrip_ms": {},
         "targets": {"start_median_ms": 50, "roundtrip_ratio": 1.0},
     }

@@ -59,8 +59,30 @@ BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def runtime_root() -> Path:
+    """Where per-sandbox dirs (control, overlay upper/work, own workdir and logs) live.
+
+    $T1_SANDBOX_DIR, else /dev/shm/t1-sandbox when /dev/shm is a tmpfs (metadata work costs
+    nothing there, and what a sandbox writes into its copy-on-write dirs is charged to its
+    memory cgroup instead of filling the host's disk), else $TMPDIR/t1-sandbox.
+    """
     name = "t1-sandbox" if os.geteuid() == 0 else f"t1-sandbox-{os.geteuid()}"
-    return Path(os.environ.get("T1_SANDBOX_DIR", Path(tempfile.gettempdir()) / name))
+    if "T1_SANDBOX_DIR" in os.environ:
+        return Path(os.environ["T1_SANDBOX_DIR"])
+    if _is_tmpfs(Path("/dev/shm")) and os.access("/dev/shm", os.W_OK):
+        return Path("/dev/shm") / name
+    return Path(tempfile.gettempdir()) / name
+
+
+@functools.cache
+def _is_tmpfs(path: Path) -> bool:
+    try:
+        for line in Path("/proc/self/mounts").read_text().splitlines():
+            parts = line.split()
+            if parts[1] == str(path):
+                return parts[2] == "tmpfs"
+    except OSError:
+        pass
+    return False
 
 
 def host_symlinks(host_root: Path = Path("/")) -> dict[str, str]:
