@@ -140,7 +140,7 @@ def plan_overlays(
         lowers.append(host_root / d)
         ov = Overlay(lowers=lowers, merged=root / "mnt" / d)
         if build_into is not None:
-            ov.upper, ov.work = build_into / d, root / "work" / d
+            ov.upper, ov.work = build_into / d, build_into / ".work" / d  # same filesystem
         elif cow or len(lowers) == 1:
             ov.upper, ov.work = root / "upper" / d, root / "work" / d
         if ov.upper is None and len(lowers) == 1:

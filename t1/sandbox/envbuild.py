@@ -245,6 +245,7 @@ def build_env(
     try:
         env, workdir = _apply(instructions, source, context, tmp, limits or Limits(memory_mb=8192))
         _tidy_rootfs(tmp / "rootfs")
+        _rmtree(tmp / ".work")  # the overlays' work dirs
         meta = {
             "schema_version": 1,
             "status": "complete",

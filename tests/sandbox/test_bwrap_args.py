@@ -78,6 +78,7 @@ def test_overlay_plan_orders_layers_and_cow(tmp_path):
         tmp_path / "sb", mask, None, None, cow=True, build_into=tmp_path / "layer"
     )
     assert built["var"].upper == tmp_path / "layer" / "var"
+    assert built["var"].work == tmp_path / "layer" / ".work" / "var"  # same fs as the upper
 
 
 def test_overlay_bound_rw_when_cow(tmp_path):
