@@ -6,6 +6,10 @@ between `exec` calls and on into the verifier, which runs in the same sandbox af
     with open_sandbox(spec) as sb:          # t1.sandbox.open_sandbox picks the backend
         r = sb.exec("cd /app && make", timeout=60)
         print(r.exit_code, r.output)
+
+Both backends also expose, once started: `host_workdir` and `logs_dir` (host paths of the
+workdir and /logs binds) and `notes` (what the sandbox could not provide, e.g. no offline
+provisioning). `wall_s` in Limits ends the sandbox: exec raises SandboxError afterwards.
 """
 
 from __future__ import annotations

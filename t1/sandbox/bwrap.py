@@ -18,15 +18,19 @@ What the sandbox sees:
 * Namespaces: pid, ipc, uts (hostname `sandbox`), net (none: not even the host's loopback)
   unless `spec.network`; user too when not run as root. `--cap-drop ALL`: bwrap run by real
   root would otherwise keep every capability (CAP_SYS_ADMIN, CAP_MKNOD, CAP_DAC_OVERRIDE ...)
-  inside; no_new_privs is set; `--die-with-parent`: the THREAD that starts the sandbox must outlive it.
+  inside; no_new_privs is set. `--die-with-parent` (PR_SET_PDEATHSIG) fires when the THREAD
+  that started the sandbox exits: start and use a sandbox from a thread that outlives it.
 * Limits: a per-sandbox cgroup (t1.sandbox.limits) joined before bwrap runs, RLIMIT_FSIZE,
   wall time (`limits.wall_s`); stop() kills every process in the cgroup and checks.
 
-The overlays are mounted by the launcher inside a private mount namespace (`unshare -m`), so
-they disappear with the sandbox even if this process is killed.
+The overlays are mounted by this process (t1.sandbox.overlay, mount(2)) before bwrap starts
+and unmounted at stop(); sandbox dirs live under `runtime_root()` (/dev/shm when it is a
+tmpfs) and each names its owner pid, so the next start cleans up after a killed process.
 
-Launch chain (each step execs the next; bwrap's parent is this process):
-    setsid -c  unshare -m  sh -c 'join cgroup; mount overlays; exec prlimit ... bwrap ...'
+Launch chain (bwrap's parent is this process; each step execs the next):
+    sh -c 'reopen the pty as controlling tty; join cgroup; ulimit -f' -> bwrap ... ->
+    bash job-control loop -> bash --rcfile /run/t1/rc -i   (t1.sandbox.shell's protocol)
+Non-root: no overlays and no cgroup (read-only binds, --unshare-user, prlimit --nproc).
 """
 
 from __future__ import annotations
