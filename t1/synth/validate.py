@@ -89,6 +89,8 @@ def run_state(
             "seconds": round(time.monotonic() - t0, 3),
         }
     )
+    if res.source != "junit":  # no per-assertion outcomes: keep what the verifier printed
+        out["output_tail"] = res.output[-1500:]
     return out
 
 

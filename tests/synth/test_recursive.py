@@ -1,0 +1,101 @@
+"""The recursive loop end to end in real sandboxes (small): tasks grow round by round, every
+accepted task passes `t1 oracle` and fails the new assertions with `--agent noop`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import requires_bwrap
+
+from t1.metrics_log import read_events
+from t1.oracle import run_task
+from t1.synth import draft
+from t1.synth.llm import LLMClient, LLMSynthesizer
+from t1.synth.recursive import SynthOptions, run
+from t1.tasks import check_task
+
+pytestmark = [pytest.mark.integration, requires_bwrap]
+
+
+@pytest.fixture(scope="module")
+def synth_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synth") / "run"
+    summary = run(SynthOptions(out=out, rounds=2, per_round=3, jobs=2, seed=1))
+    return out, summary
+
+
+def test_run_writes_tasks_table_plot_and_events(synth_run):
+    out, summary = synth_run
+    assert summary["status"] == "complete" and summary["schema_version"] == 1
+    assert json.loads((out / "summary.json").read_text()) == summary
+    table = json.loads((out / "rounds.json").read_text())
+    assert [r["round"] for r in table] == [0, 1, 2]
+    assert "| round | candidates | accepted |" in (out / "rounds.md").read_text()
+    assert (out / "rounds.png").stat().st_size > 1000
+    tasks = sorted((out / "tasks").iterdir())
+    assert len(tasks) == summary["accepted"] >= 5
+    events = list(read_events(out / "metrics.jsonl"))
+    cands = [e for e in events if e["event"] == "synth_candidate"]
+    assert len(cands) == summary["candidates"]
+    assert {e["event"] for e in events} == {"synth_candidate", "synth_round"}
+    for t in tasks:
+        assert check_task(t) == []
+        assert json.loads((t / "validation.json").read_text())["status"] == "accepted"
+    assert not (out / ".staging").exists()
+
+
+def test_difficulty_grows(synth_run):
+    _, summary = synth_run
+    table = summary["table"]
+    for key in ("median_steps", "median_solution_lines", "median_assertions"):
+        assert table[0][key] < table[1][key] < table[2][key], key
+
+
+def test_accepted_tasks_pass_oracle_and_fail_noop_on_new_assertions(synth_run):
+    out, _ = synth_run
+    last = sorted((out / "tasks").glob("rst-r02-*"))[:2]
+    assert last
+    for t in last:
+        new = draft.load_draft(t).new_assertions
+        ok = run_task(t, agent="oracle")
+        assert ok["resolved"] and ok["error"] is None, ok
+        noop = run_task(t, agent="noop")
+        outcome = {a["name"]: a["outcome"] for a in noop["assertions"]}
+        assert new and all(outcome[n] in ("failed", "error") for n in new), outcome
+
+
+def test_existing_output_is_refused(synth_run):
+    out, _ = synth_run
+    with pytest.raises(FileExistsError):
+        run(SynthOptions(out=out, rounds=0, per_round=1))
+
+
+def test_model_candidates_go_through_the_same_validation(tmp_path):
+    """A stub OpenAI endpoint answers garbage, then a valid step: the first is rejected with a
+    reason before any sandbox, the second is validated and accepted; the run completes."""
+    from test_llm import VALID, _chat, _Stub
+
+    stub = _Stub([_chat("<<garbage>> {{{"), _chat(json.dumps(VALID))])
+    try:
+        llm = LLMSynthesizer(LLMClient(stub.url, api="openai", timeout=30))
+        summary = run(
+            SynthOptions(
+                out=tmp_path / "s", rounds=1, per_round=2, jobs=2, seed=3, llm=llm, llm_fraction=1.0
+            )
+        )
+    finally:
+        stub.close()
+    assert summary["status"] == "complete"
+    r1 = [
+        e
+        for e in read_events(tmp_path / "s" / "metrics.jsonl")
+        if e["event"] == "synth_candidate" and e["step"] == 1
+    ]
+    by_status = {e["status"]: e for e in r1}
+    assert set(by_status) == {"accepted", "rejected"}, r1
+    assert (
+        by_status["rejected"]["reasons"] == ["no JSON object in the response"]
+        or "JSON" in by_status["rejected"]["reasons"][0]
+    )
+    assert by_status["accepted"]["origin"] == "llm"
