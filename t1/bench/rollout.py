@@ -13,7 +13,8 @@ Entries (issue 3, Benchmarks):
               int32 1536).
 * replay    — the replay check on a bf16 multi-turn rollout: expert choices reproduced under
               replay, |logp_train - logp_rollout| with and without replay, and the fraction of
-              positions an fp32 full forward routes differently without replay.
+              positions an fp32 full forward routes differently without replay (and, for
+              comparison, a bf16 full forward: cached decode vs full sequence in one dtype).
 * tito      — TITO assembly timing from `t1.tito.bench_assembly()` when that exists.
 
 Timings depend on the machine's load: figures go to LOG.md with the command and the date.
@@ -257,13 +258,19 @@ def bench_replay(turns: int = 5, new: int = 64) -> dict[str, Any]:
     x = torch.tensor([ids])
     loss = np.array(mask, bool)
     out = {"positions": len(ids), "loss_tokens": int(loss.sum())}
-    for name, replayed in (("with_replay", r), ("without_replay", None)):
-        with torch.no_grad(), rt.RoutingCapture(trainer) as cap:
+    bf16 = build_policy(ModelConfig(), VOCAB, seed=0).to(torch.bfloat16)
+    runs = (
+        ("with_replay", trainer, r),
+        ("without_replay", trainer, None),
+        ("bf16_full_forward", bf16, None),
+    )
+    for name, model, replayed in runs:
+        with torch.no_grad(), rt.RoutingCapture(model) as cap:
             if replayed is None:
-                logits = trainer(x).logits
+                logits = model(x).logits
             else:
-                with rt.replay(trainer, replayed[None]):
-                    logits = trainer(x).logits
+                with rt.replay(model, replayed[None]):
+                    logits = model(x).logits
             chosen = cap.collect().numpy()[:-1]
         lp = torch.log_softmax(logits[0].float(), -1)[:-1].gather(-1, x[0, 1:, None])[:, 0].numpy()
         gap = np.abs(lp - np.array(logprobs[1:]))[loss[1:]]
