@@ -76,11 +76,22 @@ def outer_loop(nonce: str, ctl_inside: str) -> list[str]:
     return ["/bin/bash", "--noprofile", "--norc", "-c", script]
 
 
-def sentinel_re(nonce: str) -> re.Pattern[bytes]:
-    """Matches any sentinel of this shell: kind C<n> (command), S<n> (sync), R (ready), X (exit)."""
-    return re.compile(
-        rb"\r?\n?\x1eT1-" + re.escape(nonce.encode()) + rb"-([CSRX])(\d*)-(-?\d+)\x1e\r?\n"
-    )
+SENTINEL = re.compile(rb"\r?\n?\x1eT1-([0-9a-f]{1,64})-([CSRX])(\d*)-(-?\d+)\x1e\r?\n")
+
+
+def find_sentinel(buf: bytes | bytearray, nonce: bytes) -> tuple[re.Match[bytes] | None, int]:
+    """The first sentinel of the shell with `nonce` in `buf`, and where the output before it ends.
+
+    Kinds: C<n> (command n done), S<n> (sync), R (ready), X (the shell exited). A sentinel
+    with another nonce is plain output (forged, or printed from a log). One regex for all
+    shells: compiling one per nonce cost more than the rest of the protocol.
+    """
+    pos = 0
+    while True:
+        m = SENTINEL.search(buf, pos)
+        if m is None or m.group(1) == nonce:
+            return m, (m.start() if m else len(buf))
+        pos = m.end()
 
 
 class CappedOutput:
@@ -151,7 +162,7 @@ class PtyShell:
         self.master = -1
         self.shell_pgid = -1
         self.seq = 0
-        self._re = sentinel_re(nonce)
+        self._nonce_b = nonce.encode()
         self._pending = bytearray()
 
     @staticmethod
@@ -318,14 +329,14 @@ class PtyShell:
         """Read into `out` until a sentinel of one of `kinds` (and `seq`, for C/S) arrives."""
         buf = self._pending
         while True:
-            m = self._re.search(buf)
+            m, _ = find_sentinel(buf, self._nonce_b)
             while m is not None:
-                kind, mseq, code = m.group(1).decode(), m.group(2).decode(), int(m.group(3))
+                kind, mseq, code = m.group(2).decode(), m.group(3).decode(), int(m.group(4))
                 out.add(buf[: m.start()])
                 del buf[: m.end()]
                 if kind in kinds and (kind not in "CS" or mseq == seq):
                     return _Hit(kind, mseq, code)
-                m = self._re.search(buf)  # a stale sentinel (earlier sync): drop it, go on
+                m, _ = find_sentinel(buf, self._nonce_b)  # stale (an earlier sync): go on
             if len(buf) > SENTINEL_MAX:
                 out.add(buf[:-SENTINEL_MAX])
                 del buf[:-SENTINEL_MAX]

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from t1.sandbox.base import SandboxError
-from t1.sandbox.shell import CappedOutput, PtyShell, outer_loop, rc_text, sentinel_re
+from t1.sandbox.shell import CappedOutput, PtyShell, find_sentinel, outer_loop, rc_text
 
 
 def test_capped_output_under_cap_is_exact():
@@ -41,13 +41,15 @@ def test_capped_output_memory_stays_bounded():
     assert c.cut == 2000 * len(chunk) - 1000
 
 
-def test_sentinel_regex_parses_kinds_and_rejects_other_nonces():
-    rx = sentinel_re("abc123")
-    m = rx.search(b"out\n\x1eT1-abc123-C7-42\x1e\n")
-    assert m and m.group(1) == b"C" and m.group(2) == b"7" and m.group(3) == b"42"
-    assert rx.search(b"\n\x1eT1-abc123-R-0\x1e\n").group(1) == b"R"
-    assert rx.search(b"\n\x1eT1-abc123-X--1\x1e\n").group(3) == b"-1"
-    assert rx.search(b"\n\x1eT1-zzz-C7-0\x1e\n") is None  # another shell's (or forged) nonce
+def test_sentinel_parses_kinds_and_skips_other_nonces():
+    m, end = find_sentinel(b"out\n\x1eT1-abc123-C7-42\x1e\n", b"abc123")
+    assert m.group(2, 3, 4) == (b"C", b"7", b"42") and end == 3
+    assert find_sentinel(b"\n\x1eT1-abc123-R-0\x1e\n", b"abc123")[0].group(2) == b"R"
+    assert find_sentinel(b"\n\x1eT1-abc123-X--1\x1e\r\n", b"abc123")[0].group(4) == b"-1"
+    forged = b"\n\x1eT1-dead-C7-0\x1e\n"
+    assert find_sentinel(forged, b"abc123") == (None, len(forged))  # another nonce: output
+    m, end = find_sentinel(forged + b"x\n\x1eT1-abc123-C7-3\x1e\n", b"abc123")
+    assert m.group(4) == b"3" and end == len(forged) + 1
 
 
 def test_rc_has_no_exec_and_the_loop_reports_exits():
