@@ -104,8 +104,10 @@ def gc_stale(runtime: Path) -> list[Path]:
         try:
             pid = int((d / "owner").read_text())
         except (OSError, ValueError):
+            pid = None  # a trash dir whose removal got as far as the owner file
+        if pid is None and not d.name.startswith(".trash-"):
             continue
-        if _alive(pid):
+        if pid is not None and _alive(pid):
             continue
         for m in mounted_under(d):
             umount(m)
