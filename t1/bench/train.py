@@ -3,9 +3,10 @@
     t1 bench train [--config FILE] [--rows 4] [--seq 512] [--repeats 5] [--json FILE]
 
 Prints one JSON object:
-* replay: median seconds of an actor update (forward + backward + AdamW) on the same batch
-  with R³ replay vs without (routing record ignored), interleaved, and their ratio (target
-  <= 1.05);
+* replay: median seconds (wall and process CPU) of an actor update (forward + backward +
+  AdamW) on the same batch with R³ replay vs without (routing record ignored), alternating
+  which goes first, and their ratios (target <= 1.05; on a shared machine the CPU-time ratio
+  is the steadier one);
 * throughput: training tokens/s of a full critic-first PPO step (critic update + actor
   update + the no-grad forwards) and of an actor update alone;
 * memory: peak resident memory of one actor and one critic training step (fresh child
@@ -94,18 +95,29 @@ def bench_replay(cfg: Config, rows: int, seq: int, repeats: int) -> dict[str, An
     trainer.actor_update(batch, _nll)  # warm-up (allocates the optimizer state)
     trainer.actor_update(plain, _nll)
     times: dict[str, list[float]] = {"replay": [], "live": []}
-    for _ in range(repeats):
-        for name, b in (("replay", batch), ("live", plain)):
-            t0 = time.perf_counter()
+    cpu: dict[str, list[float]] = {"replay": [], "live": []}
+    for i in range(repeats):
+        order = (
+            (("replay", batch), ("live", plain))
+            if i % 2 == 0
+            else (("live", plain), ("replay", batch))
+        )
+        for name, b in order:
+            t0, c0 = time.perf_counter(), time.process_time()
             trainer.actor_update(b, _nll)
             times[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
     med = {k: statistics.median(v) for k, v in times.items()}
+    med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
     return {
         "rows": rows,
         "seq": seq,
         "replay_s": med["replay"],
         "live_s": med["live"],
         "ratio": med["replay"] / med["live"],
+        "replay_cpu_s": med_cpu["replay"],
+        "live_cpu_s": med_cpu["live"],
+        "cpu_ratio": med_cpu["replay"] / med_cpu["live"],
         "target_ratio": 1.05,
         "samples": times,
     }

@@ -34,9 +34,10 @@ def token_rewards(reward: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor
     b, t = mask.shape
     pos = torch.arange(t, device=mask.device).expand(b, t)
     last = torch.where(mask, pos, torch.full_like(pos, -1)).max(dim=1).values  # [B]
-    out = torch.zeros(b, t, dtype=reward.dtype if reward.is_floating_point() else torch.float32)
+    dtype = reward.dtype if reward.is_floating_point() else torch.float32
+    out = torch.zeros(b, t, dtype=dtype, device=mask.device)
     rows = torch.nonzero(last >= 0).squeeze(1)
-    out[rows, last[rows]] = reward[rows].to(out.dtype)
+    out[rows, last[rows]] = reward.to(mask.device)[rows].to(out.dtype)
     return out
 
 
@@ -62,9 +63,9 @@ def gae(
     values = values.detach().to(torch.float32)
     rewards = rewards.to(torch.float32)
     b, t = mask.shape
-    adv = torch.zeros(b, t)
-    next_value = torch.zeros(b)
-    next_adv = torch.zeros(b)
+    adv = torch.zeros(b, t, device=values.device)
+    next_value = torch.zeros(b, device=values.device)
+    next_adv = torch.zeros(b, device=values.device)
     if gamma == 1.0 and lam == 1.0:
         # Closed form: A = (sum of rewards from t on, over loss positions) - V.
         r = torch.where(mask, rewards, torch.zeros_like(rewards))

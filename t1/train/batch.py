@@ -62,9 +62,19 @@ class Batch:
     def loss_tokens(self) -> int:
         return int(self.loss_mask.sum())
 
+    def to(self, device: torch.device | str) -> Batch:
+        """The same batch with its tensors on `device` (itself when already there)."""
+        if self.input_ids.device == torch.device(device):
+            return self
+        move = lambda x: None if x is None else x.to(device)  # noqa: E731
+        return Batch(
+            move(self.input_ids), move(self.loss_mask), move(self.rollout_logp),
+            move(self.routing), move(self.reward), move(self.lengths), self.meta,
+        )  # fmt: skip
+
     def select(self, rows: Sequence[int] | torch.Tensor) -> Batch:
         """The given rows, trimmed to their longest real length."""
-        idx = torch.as_tensor(rows, dtype=torch.long)
+        idx = torch.as_tensor(rows, dtype=torch.long, device=self.input_ids.device)
         t = int(self.lengths[idx].max()) if len(idx) else 0
         return Batch(
             input_ids=self.input_ids[idx, :t],

@@ -16,6 +16,8 @@ choices. The critic has its own router and routes live.
 
 `state_dict()` holds everything needed to continue bit for bit: both models, both optimizers,
 the torch / numpy / python RNG states, the trainer's shuffling generator and its counters.
+Models live on `device` (default CPU; one GPU works the same way): each forward moves its
+minibatch there, no-grad outputs come back to the CPU, loss functions get device tensors.
 Call `calls = []` on the trainer to record the order of its public calls (tests use it).
 """
 
@@ -87,7 +89,11 @@ class HFTrainer:
         replay: bool = True,
         seed: int = 0,
         forward_rows: int = 4,
+        device: str | torch.device = "cpu",
     ) -> None:
+        self.device = torch.device(device)
+        actor = actor.to(self.device) if actor is not None else None
+        critic = critic.to(self.device) if critic is not None else None
         self.actor, self.critic = actor, critic
         self.forward_rows = max(1, forward_rows)  # rows per no-grad forward (bounds memory)
         self.replay = replay
@@ -124,7 +130,7 @@ class HFTrainer:
     def _stitch(self, parts: list[tuple[list[int], torch.Tensor]], batch: Batch) -> torch.Tensor:
         out = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
         for idx, x in parts:
-            out[idx[0] : idx[-1] + 1, : x.shape[1]] = x
+            out[idx[0] : idx[-1] + 1, : x.shape[1]] = x.float().cpu()
         return out
 
     def actor_forward(self, batch: Batch, entropy: bool = False) -> ActorOutput:
@@ -134,7 +140,7 @@ class HFTrainer:
         logps, ents = [], []
         with torch.no_grad():
             for idx in self._chunks(batch):
-                mb = batch.select(idx)
+                mb = batch.select(idx).to(self.device)
                 logits = self._actor_logits(mb)
                 logps.append((idx, token_logp(logits, mb.input_ids)))
                 if entropy:
@@ -149,7 +155,7 @@ class HFTrainer:
         self.critic.eval()
         with torch.no_grad():
             parts = [
-                (idx, shift_values(self.critic(batch.select(idx).input_ids)))
+                (idx, shift_values(self.critic(batch.select(idx).to(self.device).input_ids)))
                 for idx in self._chunks(batch)
             ]
         return self._stitch(parts, batch)
@@ -171,6 +177,7 @@ class HFTrainer:
         """One optimizer step of the actor on `loss_fn(logp [B, T] with grad, batch)`."""
         self._note("actor.update")
         self.actor.train()
+        batch = batch.to(self.device)
         logp = token_logp(self._actor_logits(batch), batch.input_ids)
         loss, metrics = loss_fn(logp, batch)
         metrics = dict(metrics, grad_norm=self._step(self.actor, self.actor_opt, loss))
@@ -181,6 +188,7 @@ class HFTrainer:
         """One optimizer step of the critic on `loss_fn(values [B, T] with grad, batch)`."""
         self._note("critic.update")
         self.critic.train()
+        batch = batch.to(self.device)
         values = shift_values(self.critic(batch.input_ids))
         loss, metrics = loss_fn(values, batch)
         metrics = dict(metrics, grad_norm=self._step(self.critic, self.critic_opt, loss))

@@ -107,7 +107,15 @@ def build_trainer(cfg: Config, actor, critic, actor_lr: float | None = None) -> 
         replay=p.replay,
         seed=cfg.run.seed,
         forward_rows=p.minibatch,
+        device=device_of(p.device),
     )
+
+
+def device_of(name: str) -> str:
+    """ "auto" -> "cuda" when a GPU is visible, else "cpu"; other names pass through."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
 
 
 def load_tokenizer_for(args_tokenizer: str | None, rows_meta_dirs: list[str]) -> Any:

@@ -43,7 +43,8 @@ def minibatches(trainer: Trainer, n: int, size: int) -> list[list[int]]:
 
 
 def _rows(x: torch.Tensor, idx: list[int], mb: Batch) -> torch.Tensor:
-    return x[idx, : mb.input_ids.shape[1]]
+    """Rows `idx` of a whole-batch [B, T] tensor, trimmed and moved like the minibatch `mb`."""
+    return x[idx, : mb.input_ids.shape[1]].to(mb.input_ids.device)
 
 
 def ppo_step(
