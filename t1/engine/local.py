@@ -33,7 +33,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -393,8 +392,12 @@ class LocalEngine:
 
 
 def processed_or_prompt(req: GenerateRequest, row: _Row) -> list[int]:
-    """Token ids of the positions in the row's cache: prompt + every output but the last."""
-    tokens = req.input_ids + row.out[:-1] if row.out else list(req.input_ids)
+    """Token ids of the positions in the row's cache, in order.
+
+    Normally the prompt + every output but the last (never fed back); a row aborted
+    mid-decode has also fed its last output, so the cache length decides.
+    """
+    tokens = (req.input_ids + row.out)[: row.length]
     if len(tokens) != row.length:
         raise RuntimeError(
             f"request {req.request_id}: cache holds {row.length} positions, ids {len(tokens)}"
@@ -492,10 +495,3 @@ def _row_cache(cache, index: int, pad: int):
         for layer in cache.layers
     ]
     return DynamicCache(ddp_cache_data=data)
-
-
-def routing_array(result: GenerateResult) -> np.ndarray:
-    """The result's routing rows, raising if the engine returned none."""
-    if result.routing is None:
-        raise ValueError(f"request {result.request_id}: no routing captured")
-    return result.routing

@@ -236,3 +236,32 @@ def test_bad_requests_are_refused_before_batching(policy):
     with pytest.raises(ValueError, match="context limit"):
         eng.generate([GenerateRequest([1] * 8192, GREEDY)])
     assert eng.generate([GenerateRequest([1, 2], GREEDY)])[0].output_ids
+
+
+def test_abort_mid_decode_keeps_the_session_cache_consistent(policy):
+    """An aborted row has fed its last output: the session must cache exactly those positions."""
+    eng = _engine(policy, prefix_cache=True)
+    (p,) = _prompts([6], seed=12)
+    long = SamplingParams(temperature=0, max_new_tokens=4000)
+    box = {}
+    t = threading.Thread(
+        target=lambda: box.update(
+            r=eng.generate([GenerateRequest(p, long, session_id="ab", request_id="ab-1")])[0]
+        )
+    )
+    steps0 = eng.stats["decode_steps"]
+    t.start()
+    deadline = time.monotonic() + 60
+    while eng.stats["decode_steps"] < steps0 + 5 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    eng.abort("ab-1")
+    t.join(timeout=60)
+    first = box["r"]
+    assert first.finish_reason == "abort"
+    first.check(4, 2)
+    nxt = p + first.output_ids + [3, 4]
+    again = eng.generate([GenerateRequest(nxt, GREEDY, session_id="ab")])[0]
+    assert again.cached_tokens == len(p) + len(first.output_ids)
+    ref = _engine(policy, prefix_cache=False).generate([GenerateRequest(nxt, GREEDY)])[0]
+    assert again.output_ids == ref.output_ids
+    assert np.array_equal(again.routing, ref.routing)
