@@ -31,6 +31,7 @@ def main() -> int:
     p.add_argument("--step-s", type=float, default=0.2)
     args = p.parse_args()
     stop = StopRequest()
+    Path(args.ckpt).mkdir(parents=True, exist_ok=True)
     mgr = CheckpointManager(args.ckpt, keep=2)
     ck = mgr.latest()
     if ck:
