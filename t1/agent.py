@@ -10,10 +10,12 @@ A turn's text is parsed for one `<tool_call>` (t1.chat.parse_tool_call):
 * a command   -> run in the task's persistent shell; its (capped) output is the observation;
 * malformed   -> an error observation, and the loop goes on;
 * no call     -> the final answer: the agent stops (COMPLETED).
-Budgets end the loop as TRUNCATED: max turns, context tokens, wall time. Then the task's
-verifier runs in the same sandbox and the reward is attached (t1.reward). Cancellation (the
-over-sampling tail) aborts the running generation and returns ABORTED with the turns so far;
-a missing routing capture aborts too (never silently dropped or padded).
+Budgets end the loop as TRUNCATED: max turns, context tokens (also a turn cut because the
+context was full), wall time. Then the task's verifier runs in the same sandbox and the
+reward is attached (t1.reward). Cancellation (the
+over-sampling tail) aborts the running generation and returns ABORTED with the turns so far
+(and skips the verifier); a missing routing capture aborts too (never silently dropped or
+padded).
 """
 
 from __future__ import annotations
@@ -54,7 +56,10 @@ def cap_observation(tokenizer, text: str, cap_tokens: int) -> str:
     if len(ids) <= cap_tokens:
         return text
     head, tail = ids[: cap_tokens // 2], ids[len(ids) - cap_tokens // 2 :]
-    dec = lambda x: tokenizer.decode(x, skip_special_tokens=False, clean_up_tokenization_spaces=False)  # noqa: E731
+
+    def dec(x: list[int]) -> str:
+        return tokenizer.decode(x, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
     return dec(head) + CUT_MARK.format(n=len(ids) - len(head) - len(tail)) + dec(tail)
 
 
@@ -79,7 +84,9 @@ def run_agent(
     options = options or AgentOptions()
     session = uuid.uuid4().hex
     glue = chat.glue_of(tokenizer)
-    messages = chat.initial_messages(task.instruction, system_prompt_for(task, options.system_prompt))
+    messages = chat.initial_messages(
+        task.instruction, system_prompt_for(task, options.system_prompt)
+    )
     prompt = chat.prompt_ids(tokenizer, messages)
     turns: list[Turn] = []
     status, reason = None, ""
@@ -96,10 +103,16 @@ def run_agent(
     try:
         for turn_index in range(cfg.max_turns):
             if cancel is not None and cancel.is_set():
-                status, reason = Status.ABORTED, "cancelled: over-sampling admitted enough trajectories"
+                status, reason = (
+                    Status.ABORTED,
+                    "cancelled: over-sampling admitted enough trajectories",
+                )
                 break
             if time.monotonic() - t0 > min(cfg.wall_s, task.agent_timeout_s):
-                status, reason = Status.TRUNCATED, f"wall time {min(cfg.wall_s, task.agent_timeout_s):g} s"
+                status, reason = (
+                    Status.TRUNCATED,
+                    f"wall time {min(cfg.wall_s, task.agent_timeout_s):g} s",
+                )
                 break
             room = cfg.context_tokens - len(prompt)
             if room <= 0:
@@ -120,6 +133,13 @@ def run_agent(
                 return_routing=options.require_routing,
             )
             current["request"] = req.request_id
+            if cancel is not None and cancel.is_set():  # set between the check above and here
+                current["request"] = None
+                status, reason = (
+                    Status.ABORTED,
+                    "cancelled: over-sampling admitted enough trajectories",
+                )
+                break
             try:
                 (res,) = engine.generate([req])
             except Exception as e:
@@ -133,7 +153,10 @@ def run_agent(
                 status, reason = Status.ABORTED, f"engine result malformed: {e}"
                 break
             if options.require_routing and res.routing is None:
-                status, reason = Status.ABORTED, f"turn {turn_index}: the engine returned no routing capture"
+                status, reason = (
+                    Status.ABORTED,
+                    f"turn {turn_index}: the engine returned no routing capture",
+                )
                 break
             turn = Turn(
                 prompt_ids=prompt,
@@ -149,13 +172,24 @@ def run_agent(
                 break
             call = chat.parse_tool_call(chat.turn_text(tokenizer, res.output_ids))
             turn.command, turn.error = call.command, call.error
+            if (
+                res.finish_reason == "length"
+                and len(prompt) + len(res.output_ids) >= cfg.context_tokens
+            ):
+                status, reason = (
+                    Status.TRUNCATED,
+                    f"context budget {cfg.context_tokens} tokens (turn {turn_index} cut)",
+                )
+                break
             if call.final:
                 status, reason = Status.COMPLETED, "final answer"
                 break
             if call.error:
                 observation = f"error: {call.error}"
             else:
-                budget = min(cfg.command_timeout_s, max(1.0, task.agent_timeout_s - (time.monotonic() - t0)))
+                budget = min(
+                    cfg.command_timeout_s, max(1.0, task.agent_timeout_s - (time.monotonic() - t0))
+                )
                 r = sandbox.exec(call.command, timeout=budget)
                 observation = format_observation(r.exit_code, r.output, r.timed_out)
             observation = cap_observation(tokenizer, observation, cfg.observation_cap_tokens)
@@ -174,10 +208,17 @@ def run_agent(
         status=status,
         turns=turns,
         reason=reason,
-        metadata={"category": task.category, "difficulty": task.difficulty, "seconds_agent": time.monotonic() - t0},
+        metadata={
+            "category": task.category,
+            "difficulty": task.difficulty,
+            "seconds_agent": time.monotonic() - t0,
+        },
     )
     if verify and status in (Status.COMPLETED, Status.TRUNCATED):
-        attach_reward(traj, task, sandbox, reward)
+        if cancel is not None and cancel.is_set():  # dropped anyway: skip the verifier's cost
+            traj.status, traj.reason = Status.ABORTED, f"cancelled before the verifier ({reason})"
+        else:
+            attach_reward(traj, task, sandbox, reward)
     return traj
 
 
