@@ -13,13 +13,15 @@ PPO stage calls each step.
 
 Output directory:
   trajectories/NNNN-<task>/   admitted trajectories (t1.trajectory records)
-  dropped/NNNN-<task>/        the cancelled tail, status ABORTED, kept for the audit
+  dropped/NNNN-<task>/        the dropped tail as far as it ran, status ABORTED (a run that
+                              finished after the batch was full too), kept for the audit
   rollout.json                summary: schema_version, status, counts, admitted and dropped rows
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import threading
@@ -46,6 +48,7 @@ class RolloutBatch:
 
     admitted: list[Trajectory] = field(default_factory=list)
     dropped: list[dict[str, Any]] = field(default_factory=list)  # task, turns, reason
+    dropped_trajectories: list[Trajectory] = field(default_factory=list)  # partial, ABORTED
     launched: int = 0
     seconds: float = 0.0
 
@@ -94,16 +97,25 @@ class _Progress:
     def _draw(self) -> None:
         n = 30 * self.done // max(1, self.total)
         end = "\n" if self.done >= self.total else ""
-        print(f"\r{self.label} [{'#' * n}{'.' * (30 - n)}] {self.done}/{self.total}", end=end, file=sys.stderr, flush=True)
+        print(
+            f"\r{self.label} [{'#' * n}{'.' * (30 - n)}] {self.done}/{self.total}",
+            end=end,
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def sampling_of(cfg: Config, seed: int | None) -> SamplingParams:
     e = cfg.engine
-    return SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=seed)
+    return SamplingParams(
+        temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=seed
+    )
 
 
 def reward_of(cfg: Config) -> RewardSpec:
-    return RewardSpec(kind=cfg.reward.kind, scale=cfg.reward.scale, subtract_noop=cfg.reward.subtract_noop)
+    return RewardSpec(
+        kind=cfg.reward.kind, scale=cfg.reward.scale, subtract_noop=cfg.reward.subtract_noop
+    )
 
 
 def run_one(
@@ -117,16 +129,36 @@ def run_one(
 ) -> Trajectory:
     """One trajectory of `task` in a fresh sandbox; failures become FAILED records."""
     options = options or AgentOptions()
-    from t1.oracle import open_task_sandbox
-    from t1.sandbox import Limits
+    from t1.oracle import task_spec
+    from t1.sandbox import open_sandbox, spec_from_config
 
+    if cancel is not None and cancel.is_set():  # the tail of an over-sampled batch: never started
+        return Trajectory(
+            task_id=task.id, status=Status.ABORTED, reason="cancelled before it started"
+        )
     sb_cfg = cfg.sandbox
-    limits = Limits(memory_mb=sb_cfg.memory_mb, max_processes=sb_cfg.max_processes, max_file_mb=sb_cfg.max_file_mb)
+    base = spec_from_config(sb_cfg)
     try:
-        with open_task_sandbox(task, sb_cfg.backend, limits=limits) as sandbox:
-            return run_agent(task, sandbox, engine, tokenizer, cfg.agent, sampling_of(cfg, seed), reward_of(cfg), cancel, options)
+        spec = task_spec(task, sb_cfg.backend, Path(cfg.tasks.env_cache).expanduser(), base.limits)
+        spec = dataclasses.replace(
+            spec, output_cap_bytes=base.output_cap_bytes, cow=base.cow, provision=base.provision
+        )
+        with open_sandbox(spec, sb_cfg.backend) as sandbox:
+            return run_agent(
+                task,
+                sandbox,
+                engine,
+                tokenizer,
+                cfg.agent,
+                sampling_of(cfg, seed),
+                reward_of(cfg),
+                cancel,
+                options,
+            )
     except Exception as e:  # the sandbox would not start, or died under us
-        return Trajectory(task_id=task.id, status=Status.FAILED, reason=f"sandbox: {type(e).__name__}: {e}")
+        return Trajectory(
+            task_id=task.id, status=Status.FAILED, reason=f"sandbox: {type(e).__name__}: {e}"
+        )
 
 
 def collect(
@@ -163,9 +195,29 @@ def collect(
     for d in res.dropped:
         _, task = d.item
         progress_traj = d.progress if isinstance(d.progress, Trajectory) else None
+        if progress_traj is not None and progress_traj.status in (
+            Status.COMPLETED,
+            Status.TRUNCATED,
+        ):
+            # It finished after the batch was full: dropped all the same, and never trained on.
+            progress_traj.metadata.update(
+                status_before_drop=progress_traj.status.value,
+                reward_before_drop=progress_traj.reward,
+            )
+            progress_traj.status, progress_traj.reward = Status.ABORTED, None
+            progress_traj.reason = (
+                f"dropped by over-sampling after it finished ({progress_traj.reason})"
+            )
         batch.dropped.append(
-            {"task": task.id, "turns": len(progress_traj.turns) if progress_traj else 0, "reason": d.reason}
+            {
+                "task": task.id,
+                "turns": len(progress_traj.turns) if progress_traj else 0,
+                "reason": d.reason,
+                "status": progress_traj.status.value if progress_traj else "FAILED",
+            }
         )
+        if progress_traj is not None:
+            batch.dropped_trajectories.append(progress_traj)
     return batch
 
 
@@ -175,10 +227,11 @@ def write_batch(batch: RolloutBatch, out: Path, tokenizer_dir: Path | None = Non
     `tokenizer_dir` is recorded in each trajectory's metadata (t1 tito-audit needs it to
     recognise retokenized boundaries)."""
     out.mkdir(parents=True, exist_ok=True)
-    for i, traj in enumerate(batch.admitted):
-        if tokenizer_dir is not None:
-            traj.metadata.setdefault("tokenizer", str(Path(tokenizer_dir).resolve()))
-        save_trajectory(traj, out / "trajectories" / f"{i:04d}-{traj.task_id}")
+    for sub, trajs in (("trajectories", batch.admitted), ("dropped", batch.dropped_trajectories)):
+        for i, traj in enumerate(trajs):
+            if tokenizer_dir is not None:
+                traj.metadata.setdefault("tokenizer", str(Path(tokenizer_dir).resolve()))
+            save_trajectory(traj, out / sub / f"{i:04d}-{traj.task_id}")
     tmp = out / "rollout.json.tmp"
     tmp.write_text(json.dumps(batch.summary(), indent=1))
     tmp.replace(out / "rollout.json")
@@ -193,11 +246,13 @@ def expert_batch(tasks: list[Task], tokenizer, cfg: Config, progress: bool = Tru
     batch = RolloutBatch(launched=len(tasks))
     options = AgentOptions(require_routing=False)
     expert_cfg = cfg
-    max_turns = max(cfg.agent.max_turns, max(len(solution_commands(t)) for t in tasks) + 2) if tasks else 1
+    max_turns = (
+        max(cfg.agent.max_turns, max(len(solution_commands(t)) for t in tasks) + 2) if tasks else 1
+    )
     if max_turns != cfg.agent.max_turns:
-        import dataclasses
-
-        expert_cfg = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, max_turns=max_turns, context_tokens=10**9))
+        expert_cfg = dataclasses.replace(
+            cfg, agent=dataclasses.replace(cfg.agent, max_turns=max_turns, context_tokens=10**9)
+        )
     for task in tasks:
         engine = ScriptedEngine(tokenizer, solution_commands(task))
         batch.admitted.append(run_one(task, engine, tokenizer, expert_cfg, None, None, options))
@@ -210,13 +265,23 @@ def expert_batch(tasks: list[Task], tokenizer, cfg: Config, progress: bool = Tru
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, type=Path, help="campaign config (YAML)")
     parser.add_argument("--out", required=True, type=Path, help="output directory")
-    parser.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: <results>/<run>/tokenizer)")
+    parser.add_argument(
+        "--tokenizer", type=Path, help="tokenizer directory (default: <results>/<run>/tokenizer)"
+    )
     parser.add_argument("--policy", type=Path, help="policy directory for the local engine")
     parser.add_argument("--tasks", nargs="+", help="task dirs (default: config tasks.train_dirs)")
-    parser.add_argument("--expert", action="store_true", help="execute reference solutions as tool calls")
-    parser.add_argument("--launch", type=int, help="trajectories launched (default: rollout.launch)")
-    parser.add_argument("--admit", type=int, help="first completed admitted (default: rollout.admit)")
-    parser.add_argument("--seed", type=int, help="sampling seed (default: run.seed in deterministic mode)")
+    parser.add_argument(
+        "--expert", action="store_true", help="execute reference solutions as tool calls"
+    )
+    parser.add_argument(
+        "--launch", type=int, help="trajectories launched (default: rollout.launch)"
+    )
+    parser.add_argument(
+        "--admit", type=int, help="first completed admitted (default: rollout.admit)"
+    )
+    parser.add_argument(
+        "--seed", type=int, help="sampling seed (default: run.seed in deterministic mode)"
+    )
 
 
 def load_tasks(dirs: list[str]) -> list[Task]:
