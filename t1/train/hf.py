@@ -131,7 +131,8 @@ class HFTrainer:
         out = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
         for idx, x in parts:
             out[idx[0] : idx[-1] + 1, : x.shape[1]] = x.float().cpu()
-        return out
+        real = torch.arange(out.shape[1])[None, :] < batch.lengths.cpu()[:, None]
+        return out * real  # 0 at padding, however the rows were chunked
 
     def actor_forward(self, batch: Batch, entropy: bool = False) -> ActorOutput:
         """No-grad forward of the actor: logp [B, T] (and entropy [B, T] if asked)."""
