@@ -414,6 +414,8 @@ def search(
     limit = min(budget_gib, gpu_mem_gib)
     best, least_bad = None, None
     for lay in candidates(spec, gpus_per_node, max_nodes, allow_offload):
+        if best is not None and lay.world > best[0].world:
+            break  # candidates come in order of size; nothing larger can rank better
         res = plan(spec, lay)
         worst = max(res["actor_gib"], res["critic_gib"])
         if worst <= limit and (best is None or _rank(lay, res) < _rank(*best)):
