@@ -57,6 +57,8 @@ def ppo_step(
 ) -> dict[str, Any]:
     """Run one critic-first PPO step on `batch`; returns its metrics (including the new
     `gap_ema`, `advantages` and `returns` tensors under the keys `_advantages`/`_returns`)."""
+    if cfg.old_logp not in ("trainer", "rollout"):
+        raise ValueError(f"ppo.old_logp must be 'trainer' or 'rollout', got {cfg.old_logp!r}")
     t0 = time.perf_counter()
     mask = batch.loss_mask
 
@@ -158,7 +160,10 @@ def batch_stats(batch: Batch) -> dict[str, Any]:
         real = torch.arange(batch.input_ids.shape[1])[None, :] < batch.lengths[:, None]
         ph = (batch.routing < 0).flatten(2).any(-1)
         out["placeholder_rate"] = float((ph & real).sum()) / max(1, int(real.sum()))
-        out["placeholders_in_loss"] = int((ph & batch.loss_mask).sum())
+        last = torch.arange(batch.input_ids.shape[1])[None, :] == (batch.lengths[:, None] - 1)
+        # The final position of a segment may hold -1 (engines never capture it; nothing in the
+        # segment depends on its routing); any other loss position with -1 is a TITO bug.
+        out["placeholders_in_loss"] = int((ph & batch.loss_mask & ~last).sum())
     drift = [m["drift_positions"] for m in meta if "drift_positions" in m]
     if drift:
         out["drift_rate"] = sum(drift) / max(1, batch.loss_tokens)

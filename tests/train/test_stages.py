@@ -181,6 +181,9 @@ def test_warmup_then_recalibration_then_policy_steps(world):
     ):
         assert m2.get(k) is not None, k
     assert m2["resolved_by_category"] == {"files": 0.0, "net": 1.0}
+    # TITO invariants seen from the trainer: no drift, no placeholder inside the loss region
+    # (the final position of a segment excepted: engines never capture it).
+    assert m2["drift_rate"] == 0 and m2["placeholders_in_loss"] == 0 and m2["placeholder_rate"] > 0
     assert m2["gap_ema"] == pytest.approx(0.25 * m2["gap"] + 0.75 * m1["gap_ema"])
     a2 = load_policy(s2 / "actor").state_dict()
     assert any(not torch.equal(a1[k], a2[k]) for k in a1)
