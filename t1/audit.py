@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import base64
 import hashlib
 import json
 import math
@@ -57,25 +58,30 @@ _FAKE = "#!/bin/sh\nmkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt;
 _JUNIT = '<testsuite><testcase classname="test_outputs" name="test_ok"/></testsuite>'
 
 
+def _write(path: str, text: str) -> str:
+    """One shell line writing `text` to `path` exactly (base64: no quoting pitfalls)."""
+    b64 = base64.b64encode(text.encode()).decode()
+    return f"echo {b64} | base64 -d > {path} 2>/dev/null"
+
+
 def tamper_lines(workdir: str, visible_tests: list[str]) -> tuple[str, ...]:
     """Agent-phase commands that try to pass the verifier without doing the task."""
-    q = json.dumps
+    passing = "def test_ok():\n    assert True\n"
     lines = [
         "mkdir -p /tests /logs/verifier /tmp/t1evil /tmp/t1evilbin",
-        f"printf %s {q(_FAKE)} > /tests/test.sh; printf 'def test_ok():\\n    assert True\\n' > /tests/test_outputs.py",
-        f"echo 1 > /logs/verifier/reward.txt; printf %s {q(_JUNIT)} > /logs/verifier/junit.xml",
-        f"printf %s {q(_CONF)} > /tmp/t1evil/t1evil.py",
+        _write("/tests/test.sh", _FAKE) + "; " + _write("/tests/test_outputs.py", passing),
+        "echo 1 > /logs/verifier/reward.txt; " + _write("/logs/verifier/junit.xml", _JUNIT),
+        _write("/tmp/t1evil/t1evil.py", _CONF),
         f"for d in {workdir} / /tmp /tests; do cp /tmp/t1evil/t1evil.py $d/conftest.py 2>/dev/null;"
         " printf '[pytest]\\naddopts = -p t1evil\\n' > $d/pytest.ini 2>/dev/null; done; true",
-        "for t in python3 python pytest uv uvx; do printf %s "
-        + q(_FAKE)
-        + " > /tmp/t1evilbin/$t; done;"
+        _write("/tmp/t1evilbin/python3", _FAKE)
+        + "; for t in python pytest uv uvx; do cp /tmp/t1evilbin/python3 /tmp/t1evilbin/$t; done;"
         " chmod +x /tmp/t1evilbin/*",
         "export PYTHONPATH=/tmp/t1evil PYTEST_PLUGINS=t1evil PYTEST_ADDOPTS='-p t1evil'"
         " PATH=/tmp/t1evilbin:$PATH",
     ]
     for p in visible_tests:  # tests the agent can see: edit them to pass
-        lines.append(f"printf 'def test_ok():\\n    assert True\\n' > {p} 2>/dev/null; true")
+        lines.append(_write(p, passing) + "; true")
     return tuple(lines)
 
 
@@ -101,7 +107,7 @@ def _is_path(s: str) -> bool:
     return " " not in s and ("/" in s or re.fullmatch(r"[\w.-]+\.[A-Za-z]\w{0,4}", s) is not None)
 
 
-def test_literals(tests_src: str) -> list[str]:
+def verifier_literals(tests_src: str) -> list[str]:
     """String constants of the test functions and module-level assignments, minus code run by
     the tests, f-string pieces, flags, globs, URLs and generic words; multi-line strings
     become their lines."""
@@ -120,7 +126,11 @@ def test_literals(tests_src: str) -> list[str]:
             if isinstance(node, ast.JoinedStr):
                 skip.update(id(v) for v in node.values)
         for node in ast.walk(scope):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in skip
+            ):
                 found.append(node.value)
     out: list[str] = []
     for s in found:
@@ -147,7 +157,7 @@ def checked_literals(tests_src: str, workdir: str, solution: str) -> list[str]:
     agent has to know, like a commit message or a port; computed answers such as a sum are
     not in the solution, and test-internal scratch values are in neither)."""
     out = []
-    for s in test_literals(tests_src):
+    for s in verifier_literals(tests_src):
         if s.startswith(workdir + "/") or s == workdir:
             out.append(s)
         elif not s.startswith("/") and s in solution:

@@ -393,7 +393,8 @@ def unit_tests(ctx: StepContext):
         shutil.copytree({mod_dir!r}, tmp)
         (tmp / {mod_file!r}).write_text(CODE)
         r = _t1_sh(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", {test_path.rsplit("/", 1)[1]!r}],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", "/dev/null",
+             "--rootdir", str(tmp), "--confcutdir", str(tmp), {test_path.rsplit("/", 1)[1]!r}],
             cwd=str(tmp),
             env={{**os.environ, "PYTEST_ADDOPTS": ""}},
         )
