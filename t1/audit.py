@@ -585,7 +585,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="copy accepted (repaired) tasks here, with audit.json",
     )
-    parser.add_argument("--jobs", type=int, default=1, help="tasks audited in parallel")
+    parser.add_argument(
+        "--jobs", type=int, help="tasks audited in parallel (default: config synth.workers, or 1)"
+    )
+    parser.add_argument(
+        "--config", type=Path, help="campaign config (synth.workers, tasks.env_cache)"
+    )
     parser.add_argument("--sandbox", choices=("bwrap", "apptainer"), default="bwrap")
     parser.add_argument(
         "--env-cache", type=Path, help="environment layer cache (default: t1 oracle's)"
@@ -603,9 +608,14 @@ def main(args: argparse.Namespace) -> int:
     if not dirs:
         print("t1 audit: no task directories found", file=sys.stderr)
         return 2
-    report = audit(
-        dirs, max(1, args.jobs), args.sandbox, args.env_cache, args.fresh, not args.no_repair
-    )
+    jobs, cache = args.jobs or 1, args.env_cache
+    if args.config is not None:
+        from t1.config import load_config
+
+        cfg = load_config(args.config)
+        jobs = args.jobs or cfg.synth.workers
+        cache = cache or Path(cfg.tasks.env_cache).expanduser()
+    report = audit(dirs, max(1, jobs), args.sandbox, cache, args.fresh, not args.no_repair)
     if args.out is not None:
         materialize(report, args.out)
     if args.json is not None:

@@ -8,7 +8,8 @@
 
 Scores come from `t1 audit` reports (`--audit FILE`, else `<in>/audit.json` or
 `<in>/../audit.json`): rejected tasks are left out, borderline ones only with
-`--include-borderline`; tasks without an audit row are ranked after the audited ones by
+`--include-borderline`, and so are tasks a `--validated FILE` (`t1 oracle --json`) shows
+unresolved or in error; tasks without an audit row are ranked after the audited ones by
 difficulty (and counted in the manifest as unaudited). Near-duplicates (MinHash Jaccard >=
 threshold over 5-word shingles of instruction, solution and tests; t1.audit) are removed,
 keeping the better-ranked task. The pool is written in quality-rank order
@@ -72,12 +73,27 @@ def _static_binary(task_dir: Path) -> bool:
     return not ("pytest" in text and has_py)
 
 
+def _validated(files: list[Path]) -> dict[str, dict[str, Any]]:
+    """Rows of `t1 oracle --json` files keyed by task name."""
+    out: dict[str, dict[str, Any]] = {}
+    for f in files:
+        try:
+            rows = json.loads(Path(f).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"{f}: not a t1 oracle --json file: {e}") from None
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and "task" in r for r in rows):
+            raise ValueError(f"{f}: not a t1 oracle --json file (a list of rows with 'task')")
+        out.update({r["task"]: r for r in rows})
+    return out
+
+
 def build_pool(
     in_dirs: list[Path],
     out: Path,
     audits: list[Path] = (),
     threshold: float = 0.9,
     include_borderline: bool = False,
+    validated: list[Path] = (),
 ) -> dict[str, Any]:
     """Rank, deduplicate and materialize; returns the manifest (also written to out/)."""
     from t1.audit import difficulty_of, minhash, shingles, similarity, task_text
@@ -88,8 +104,13 @@ def build_pool(
         raise FileExistsError(f"{out}: exists and is not empty; choose a new --out")
     dirs = [p.resolve() for p in find_tasks(in_dirs)]
     rows = _audit_rows([Path(d) for d in in_dirs], list(audits))
-    entries, skipped = [], {"rejected": 0, "borderline": 0}
+    oracle = _validated(list(validated))
+    entries, skipped = [], {"rejected": 0, "borderline": 0, "oracle": 0}
     for d in dirs:
+        v = oracle.get(d.name)
+        if v is not None and (not v.get("resolved") or v.get("error")):
+            skipped["oracle"] += 1
+            continue
         r = rows.get(str(d)) or rows.get(f"name:{d.name}")
         if r is not None and r["stage"] == "rejected":
             skipped["rejected"] += 1
@@ -171,6 +192,7 @@ def build_pool(
             "duplicates_removed": len(removed),
             "rejected_by_audit": skipped["rejected"],
             "borderline_left_out": skipped["borderline"],
+            "failed_oracle": skipped["oracle"],
             "unaudited": sum(not t["audited"] for t in tasks),
             "binary_only": sum(t["binary_only"] for t in tasks),
         },
@@ -307,6 +329,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--include-borderline", action="store_true", help="keep tasks the audit marked borderline"
     )
+    parser.add_argument(
+        "--validated",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="t1 oracle --json rows: tasks it did not resolve are left out (repeatable)",
+    )
     parser.add_argument("--config", type=Path, help="campaign config (synth.dedup_threshold)")
 
 
@@ -316,7 +346,9 @@ def main(args: argparse.Namespace) -> int:
     cfg = load_config(args.config) if args.config else Config()
     threshold = cfg.synth.dedup_threshold if args.threshold is None else args.threshold
     try:
-        m = build_pool(args.inputs, args.out, args.audit, threshold, args.include_borderline)
+        m = build_pool(
+            args.inputs, args.out, args.audit, threshold, args.include_borderline, args.validated
+        )
     except (FileExistsError, ValueError) as e:
         print(f"t1 pool: {e}", file=sys.stderr)
         return 2
@@ -324,6 +356,7 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"pool {args.out}: {c['kept']} tasks of {c['found']} ({c['duplicates_removed']} near-duplicates removed, "
         f"{c['rejected_by_audit']} rejected by the audit, {c['borderline_left_out']} borderline left out, "
-        f"{c['unaudited']} unaudited); binary outcomes only: {m['binary_outcomes']}"
+        f"{c['failed_oracle']} unresolved by the oracle, {c['unaudited']} unaudited); "
+        f"binary outcomes only: {m['binary_outcomes']}"
     )
     return 0 if c["kept"] else 1

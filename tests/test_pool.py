@@ -23,7 +23,9 @@ def tasks(tmp_path):
         dirs.append(draft.render(d, root / f"t{i}"))
     dup = root / "t0-copy"
     shutil.copytree(dirs[0], dup)
-    (dup / "instruction.md").write_text((dup / "instruction.md").read_text() + "\nPlease be careful.\n")
+    (dup / "instruction.md").write_text(
+        (dup / "instruction.md").read_text() + "\nPlease be careful.\n"
+    )
     scores = {"t0": 0.9, "t1": 0.95, "t2": 0.5, "t3": 0.7, "t4": 0.85, "t0-copy": 0.88}
     stages = {"t2": "rejected", "t3": "borderline"}
     rows = [
@@ -41,7 +43,9 @@ def tasks(tmp_path):
         }
         for name, s in scores.items()
     ]
-    (root / "audit.json").write_text(json.dumps({"schema_version": 1, "status": "complete", "tasks": rows}))
+    (root / "audit.json").write_text(
+        json.dumps({"schema_version": 1, "status": "complete", "tasks": rows})
+    )
     return root
 
 
@@ -49,11 +53,17 @@ def test_pool_ranks_dedups_and_writes_a_manifest(tasks, tmp_path):
     m = build_pool([tasks], tmp_path / "pool", threshold=0.9)
     ids = [t["id"] for t in m["tasks"]]
     assert ids == ["t1", "t0", "t4"]  # by score; t2 rejected, t3 borderline, t0-copy duplicate
-    assert m["removed_duplicates"] == [{"id": "t0-copy", "duplicate_of": "t0", "similarity": m["removed_duplicates"][0]["similarity"]}]
+    assert m["removed_duplicates"] == [
+        {
+            "id": "t0-copy",
+            "duplicate_of": "t0",
+            "similarity": m["removed_duplicates"][0]["similarity"],
+        }
+    ]
     assert m["removed_duplicates"][0]["similarity"] >= 0.9
     assert m["counts"] == {
         "found": 6, "kept": 3, "duplicates_removed": 1, "rejected_by_audit": 1,
-        "borderline_left_out": 1, "unaudited": 0, "binary_only": 0,
+        "borderline_left_out": 1, "failed_oracle": 0, "unaudited": 0, "binary_only": 0,
     }  # fmt: skip
     on_disk = json.loads((tmp_path / "pool" / "manifest.json").read_text())
     assert on_disk == m and m["schema_version"] == 1 and m["status"] == "complete"
@@ -72,12 +82,42 @@ def test_borderline_on_request_and_threshold(tasks, tmp_path):
     assert "t0-copy" in [t["id"] for t in m2["tasks"]]
 
 
+def test_oracle_failures_are_left_out(tasks, tmp_path):
+    rows = [
+        {"task": "t1", "resolved": False, "error": None},
+        {"task": "t0", "resolved": True, "error": None},
+        {"task": "t4", "resolved": True, "error": "verifier timed out"},
+    ]
+    (tmp_path / "oracle.json").write_text(json.dumps(rows))
+    m = build_pool([tasks], tmp_path / "pv", threshold=0.9, validated=[tmp_path / "oracle.json"])
+    assert [t["id"] for t in m["tasks"]] == ["t0"] and m["counts"]["failed_oracle"] == 2
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="oracle"):
+        build_pool([tasks], tmp_path / "pw", validated=[tmp_path / "bad.json"])
+
+
+def test_oracle_failures_are_left_out(tasks, tmp_path):
+    rows = [
+        {"task": "t1", "resolved": False, "error": None},
+        {"task": "t0", "resolved": True, "error": None},
+        {"task": "t4", "resolved": True, "error": "verifier timed out"},
+    ]
+    (tmp_path / "oracle.json").write_text(json.dumps(rows))
+    m = build_pool([tasks], tmp_path / "pv", threshold=0.9, validated=[tmp_path / "oracle.json"])
+    assert [t["id"] for t in m["tasks"]] == ["t0"] and m["counts"]["failed_oracle"] == 2
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="oracle"):
+        build_pool([tasks], tmp_path / "pw", validated=[tmp_path / "bad.json"])
+
+
 def test_binary_outcome_pool_is_marked(tasks, tmp_path):
     """Unaudited tasks whose verifier only writes a reward file make a binary pool."""
     src = tmp_path / "binary"
     for name in ("t1", "t4"):
         shutil.copytree(tasks / name, src / name)
-        (src / name / "tests" / "test.sh").write_text("#!/bin/bash\n[ -f /app/x ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
+        (src / name / "tests" / "test.sh").write_text(
+            "#!/bin/bash\n[ -f /app/x ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+        )
         (src / name / "tests" / "test_outputs.py").unlink()
     m = build_pool([src], tmp_path / "pb", threshold=0.99)
     assert m["binary_outcomes"] is True
@@ -114,7 +154,10 @@ def test_loader_shuffles_per_epoch_reproducibly(tasks, tmp_path):
     assert all(sorted(o) == list(range(n)) for o in orders)  # permutations
     assert all(o != list(range(n)) for o in orders)  # never the quality ranking itself
     assert len({tuple(o) for o in orders}) > 3  # epochs differ
-    assert PoolLoader(tmp_path / "pool", seed=8).order(0) != orders[0] or PoolLoader(tmp_path / "pool", seed=9).order(0) != orders[0]
+    assert (
+        PoolLoader(tmp_path / "pool", seed=8).order(0) != orders[0]
+        or PoolLoader(tmp_path / "pool", seed=9).order(0) != orders[0]
+    )
     assert [t.rank for t in a.epoch(2)] == orders[2]
     flat = [t.rank for batch in a.batches(3, 2) for t in batch]
     assert flat == orders[3]
@@ -125,6 +168,8 @@ def test_loader_shuffles_per_epoch_reproducibly(tasks, tmp_path):
 
 def test_loader_refuses_incomplete_manifest(tmp_path):
     (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "manifest.json").write_text(json.dumps({"schema_version": 1, "status": "partial", "tasks": []}))
+    (tmp_path / "p" / "manifest.json").write_text(
+        json.dumps({"schema_version": 1, "status": "partial", "tasks": []})
+    )
     with pytest.raises(ValueError, match="not a complete pool manifest"):
         PoolLoader(tmp_path / "p", 0)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, required=True, help="output directory (must be new)")
+    parser.add_argument("--out", type=Path, required=True, help="output directory (new or empty)")
     parser.add_argument("--config", type=Path, help="campaign config (its synth: section)")
     parser.add_argument("--rounds", type=int, help="extension rounds after the seeds")
     parser.add_argument("--per-round", type=int, help="candidates per round (and seeds)")
@@ -116,6 +116,6 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"{summary['accepted']} tasks accepted ({summary['accepted_after_seeds']} after the seeds) "
         f"of {summary['candidates']} candidates in {summary['wall_s']:g} s "
-        f"({summary['tasks_per_minute']:g} per minute) -> {args.out}/tasks"
+        f"({summary['tasks_per_minute']:g} per minute) -> {args.out}"
     )
     return 0 if summary["status"] == "complete" else 1

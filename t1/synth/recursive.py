@@ -13,12 +13,16 @@ them in the v2 layout, validates them in fresh sandboxes (t1.synth.validate), an
 accepted ones. Everything is seeded per (seed, round, candidate): the same command gives the
 same tasks whatever `--jobs` is.
 
-Output (DIR):
-    tasks/<id>/             accepted tasks, v2 layout + synth.json + validation.json
-    rejected/<id>/          rejected candidates with validation.json (the reasons)
+Output (DIR; `t1 oracle DIR`, `t1 audit DIR`, `t1 pool --in DIR` see the accepted tasks only,
+since task discovery skips names starting with "_" or "."):
+    <id>/                   accepted tasks, v2 layout + synth.json + validation.json
+    _rejected/<id>/         rejected candidates with validation.json (the reasons)
+    _submitit/              Slurm array logs (--executor slurm)
     metrics.jsonl           events: synth_candidate (one per candidate), synth_round
     rounds.json, rounds.md  the per-round table; rounds.png its plot
     summary.json            schema_version, status, counts, wall seconds, tasks per minute
+    DONE.json               the same summary, written last when the run completed (the
+                            workflow's marker)
 """
 
 from __future__ import annotations
@@ -87,9 +91,15 @@ class _Run:
     def __init__(self, opts: SynthOptions) -> None:
         self.o = opts
         self.out = Path(opts.out)
-        if (self.out / "summary.json").exists() or (self.out / "tasks").exists():
-            raise FileExistsError(f"{self.out}: already holds a synthesis run; choose a new --out")
-        for sub in ("tasks", "rejected", ".staging"):
+        if self.out.is_dir() and any(
+            p.name in ("summary.json", "DONE.json")
+            or (p.is_dir() and not p.name.startswith((".", "_")))
+            for p in self.out.iterdir()
+        ):
+            raise FileExistsError(
+                f"{self.out}: already holds tasks or a synthesis run; choose a new --out"
+            )
+        for sub in ("_rejected", "_staging"):
             (self.out / sub).mkdir(parents=True, exist_ok=True)
         self.log = MetricsLog(self.out, tensorboard=False)
         self.table: list[dict[str, Any]] = []
@@ -151,9 +161,9 @@ class _Run:
         t0 = time.monotonic()
         staged: dict[str, Draft] = {}
         for d in drafts:
-            if d.id in staged or (self.out / "tasks" / d.id).exists():
+            if d.id in staged or (self.out / d.id).exists():
                 continue  # an identical candidate already exists
-            render(d, self.out / ".staging" / d.id)
+            render(d, self.out / "_staging" / d.id)
             staged[d.id] = d
         done = [0]
 
@@ -168,12 +178,12 @@ class _Run:
             )
 
         rows = validate_many(
-            [self.out / ".staging" / i for i in staged],
+            [self.out / "_staging" / i for i in staged],
             jobs=self.o.jobs,
             backend=self.o.backend,
             cache_dir=self.o.cache_dir,
             executor=self.o.executor,
-            folder=self.out / "submitit",
+            folder=self.out / "_submitit",
             slurm=dict(self.o.slurm),
             on_row=progress,
         )
@@ -181,14 +191,15 @@ class _Run:
         accepted: list[Draft] = []
         for row in rows:
             d = staged[row["task"]]
-            src = self.out / ".staging" / d.id
-            _write_json(src / "validation.json", row)
+            src = self.out / "_staging" / d.id
             ok = row["status"] == "accepted"
+            row["path"] = str(self.out / d.id if ok else self.out / "_rejected" / d.id)
+            _write_json(src / "validation.json", row)
             if ok:
-                src.rename(self.out / "tasks" / d.id)
+                src.rename(self.out / d.id)
                 accepted.append(d)
             elif self.o.keep_rejected:
-                src.rename(self.out / "rejected" / d.id)
+                src.rename(self.out / "_rejected" / d.id)
             else:
                 shutil.rmtree(src)
             self.log.write(
@@ -239,7 +250,7 @@ class _Run:
 
     def finish(self, status: str) -> dict[str, Any]:
         wall = time.monotonic() - self.t0
-        shutil.rmtree(self.out / ".staging", ignore_errors=True)
+        shutil.rmtree(self.out / "_staging", ignore_errors=True)
         total = sum(r["accepted"] for r in self.table)
         grown = sum(r["accepted"] for r in self.table if r["round"] > 0)
         summary = {
@@ -263,6 +274,8 @@ class _Run:
         except ImportError as e:  # matplotlib is a dependency; say so rather than fail the run
             print(f"t1 synth: no plot ({e})", file=sys.stderr)
         _write_json(self.out / "summary.json", summary)
+        if status == "complete":
+            _write_json(self.out / "DONE.json", summary)
         self.log.close()
         return summary
 

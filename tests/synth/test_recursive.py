@@ -13,7 +13,7 @@ from t1.oracle import run_task
 from t1.synth import draft
 from t1.synth.llm import LLMClient, LLMSynthesizer
 from t1.synth.recursive import SynthOptions, run
-from t1.tasks import check_task
+from t1.tasks import check_task, find_tasks
 
 pytestmark = [pytest.mark.integration, requires_bwrap]
 
@@ -33,7 +33,7 @@ def test_run_writes_tasks_table_plot_and_events(synth_run):
     assert [r["round"] for r in table] == [0, 1, 2]
     assert "| round | candidates | accepted |" in (out / "rounds.md").read_text()
     assert (out / "rounds.png").stat().st_size > 1000
-    tasks = sorted((out / "tasks").iterdir())
+    tasks = find_tasks([out])
     assert len(tasks) == summary["accepted"] >= 5
     events = list(read_events(out / "metrics.jsonl"))
     cands = [e for e in events if e["event"] == "synth_candidate"]
@@ -42,7 +42,11 @@ def test_run_writes_tasks_table_plot_and_events(synth_run):
     for t in tasks:
         assert check_task(t) == []
         assert json.loads((t / "validation.json").read_text())["status"] == "accepted"
-    assert not (out / ".staging").exists()
+    assert not (out / "_staging").exists()
+    assert json.loads((out / "DONE.json").read_text()) == summary
+    assert sorted(p.name for p in (out / "_rejected").iterdir()) == sorted(
+        e["task"] for e in cands if e["status"] == "rejected"
+    )
 
 
 def test_difficulty_grows(synth_run):
@@ -54,7 +58,7 @@ def test_difficulty_grows(synth_run):
 
 def test_accepted_tasks_pass_oracle_and_fail_noop_on_new_assertions(synth_run):
     out, _ = synth_run
-    last = sorted((out / "tasks").glob("rst-r02-*"))[:2]
+    last = sorted(out.glob("rst-r02-*"))[:2]
     assert last
     for t in last:
         new = draft.load_draft(t).new_assertions
