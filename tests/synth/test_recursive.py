@@ -4,6 +4,7 @@ accepted task passes `t1 oracle` and fails the new assertions with `--agent noop
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from conftest import requires_bwrap
@@ -103,3 +104,29 @@ def test_model_candidates_go_through_the_same_validation(tmp_path):
         or "JSON" in by_status["rejected"]["reasons"][0]
     )
     assert by_status["accepted"]["origin"] == "llm"
+
+
+def test_foreign_seeds_are_extended(tmp_path, repo_root):
+    """A v2 task that is not ours (the csv-summary example) seeds the loop: it is validated
+    as round 0 and extended in round 1; tasks that cannot be extended are skipped with a reason."""
+    src = repo_root / "examples" / "tasks" / "csv-summary"
+    if not src.is_dir():
+        pytest.skip("example task csv-summary is not in this checkout")
+    seeds = tmp_path / "seeds"
+    shutil.copytree(src, seeds / "csv-summary")
+    (seeds / "not-a-seed").mkdir()
+    summary = run(
+        SynthOptions(out=tmp_path / "s", rounds=1, per_round=2, jobs=2, seeds_dir=seeds, seed=5)
+    )
+    table = summary["table"]
+    assert table[0]["accepted"] == 1, table
+    assert table[1]["accepted"] >= 1, table
+    events = [
+        e for e in read_events(tmp_path / "s" / "metrics.jsonl") if e["event"] == "synth_candidate"
+    ]
+    skipped = [e for e in events if e["task"] == "not-a-seed"]
+    assert skipped and skipped[0]["status"] == "rejected" and skipped[0]["reasons"]
+    child = next(p for p in (tmp_path / "s").glob("rst-r01-*"))
+    assert (src / "tests" / "test_outputs.py").read_text().strip() in (
+        child / "tests" / "test_outputs.py"
+    ).read_text()
