@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import ast
 import base64
-import hashlib
 import json
 import math
 import os
@@ -41,6 +40,8 @@ import shutil
 import sys
 from pathlib import Path
 from typing import Any
+
+from t1.synth.dedup import minhash, nearest, shingles, task_text
 
 SCHEMA_VERSION = 1
 WEIGHTS = {"verifier": 0.45, "solution": 0.25, "instruction": 0.20, "value": 0.10}
@@ -181,66 +182,6 @@ def repaired_instruction(instruction: str, missing: list[str]) -> str:
         + "\n".join(lines)
         + "\n"
     )
-
-
-def shingles(text: str, k: int = 5) -> set[str]:
-    words = re.findall(r"\w+|[^\w\s]", text.lower())
-    return {" ".join(words[i : i + k]) for i in range(max(1, len(words) - k + 1))}
-
-
-_P = (1 << 61) - 1
-
-
-def minhash(sh: set[str], n: int = 64) -> list[int]:
-    """MinHash signature (n values) of a shingle set; deterministic across runs and hosts."""
-    hs = [int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "little") for s in sh]
-    sig = []
-    for i in range(n):
-        a = (
-            2 * int.from_bytes(hashlib.blake2b(f"a{i}".encode(), digest_size=8).digest(), "little")
-            + 1
-        )
-        b = int.from_bytes(hashlib.blake2b(f"b{i}".encode(), digest_size=8).digest(), "little")
-        sig.append(min(((a * h + b) % _P) for h in hs) if hs else _P)
-    return sig
-
-
-def similarity(s1: list[int], s2: list[int]) -> float:
-    return sum(a == b for a, b in zip(s1, s2, strict=True)) / len(s1)
-
-
-def nearest(sigs: list[list[int]], bands: int = 16) -> list[tuple[float, int]]:
-    """For each signature: (highest estimated Jaccard with another, its index; -1 if none).
-    Candidate pairs come from LSH banding; pairs sharing no band count as similarity 0."""
-    rows = len(sigs[0]) // bands if sigs else 0
-    buckets: dict[tuple[int, tuple[int, ...]], list[int]] = {}
-    for i, s in enumerate(sigs):
-        for b in range(bands):
-            buckets.setdefault((b, tuple(s[b * rows : (b + 1) * rows])), []).append(i)
-    best = [(0.0, -1)] * len(sigs)
-    seen: set[tuple[int, int]] = set()
-    for members in buckets.values():
-        for x in range(len(members)):
-            for y in range(x + 1, len(members)):
-                i, j = members[x], members[y]
-                if (i, j) in seen:
-                    continue
-                seen.add((i, j))
-                sim = similarity(sigs[i], sigs[j])
-                if sim > best[i][0]:
-                    best[i] = (sim, j)
-                if sim > best[j][0]:
-                    best[j] = (sim, i)
-    return best
-
-
-def task_text(task_dir: Path) -> str:
-    parts = []
-    for rel in ("instruction.md", "solution/solve.sh", "tests/test_outputs.py"):
-        p = task_dir / rel
-        if p.is_file():
-            parts.append(p.read_text(errors="replace"))
-    return "\n".join(parts)
 
 
 def env_text(task_dir: Path, workdir: str = "/app", cap: int = 2_000_000) -> str:

@@ -96,7 +96,8 @@ def build_pool(
     validated: list[Path] = (),
 ) -> dict[str, Any]:
     """Rank, deduplicate and materialize; returns the manifest (also written to out/)."""
-    from t1.audit import difficulty_of, minhash, shingles, similarity, task_text
+    from t1.audit import difficulty_of
+    from t1.synth.dedup import minhash, shingles, similarity, task_text
     from t1.tasks import find_tasks
 
     out = Path(out)

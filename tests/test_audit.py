@@ -16,15 +16,12 @@ from t1.audit import (
     checked_literals,
     env_text,
     materialize,
-    minhash,
-    nearest,
     repaired_instruction,
     score_row,
-    shingles,
-    similarity,
     verifier_literals,
 )
 from t1.synth import draft
+from t1.synth.dedup import minhash, nearest, shingles, similarity
 
 TESTS = """
 import subprocess
