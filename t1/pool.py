@@ -98,7 +98,7 @@ def build_pool(
     """Rank, deduplicate and materialize; returns the manifest (also written to out/)."""
     from t1.audit import difficulty_of
     from t1.synth.dedup import minhash, shingles, similarity, task_text
-    from t1.tasks import find_tasks
+    from t1.tasks import check_task, find_tasks
 
     out = Path(out)
     if out.exists() and any(out.iterdir()):
@@ -106,8 +106,11 @@ def build_pool(
     dirs = [p.resolve() for p in find_tasks(in_dirs)]
     rows = _audit_rows([Path(d) for d in in_dirs], list(audits))
     oracle = _validated(list(validated))
-    entries, skipped = [], {"rejected": 0, "borderline": 0, "oracle": 0}
+    entries, skipped = [], {"rejected": 0, "borderline": 0, "oracle": 0, "invalid": 0}
     for d in dirs:
+        if check_task(d):  # not a loadable task: never materialize it
+            skipped["invalid"] += 1
+            continue
         v = oracle.get(d.name)
         if v is not None and (not v.get("resolved") or v.get("error")):
             skipped["oracle"] += 1
@@ -194,6 +197,7 @@ def build_pool(
             "rejected_by_audit": skipped["rejected"],
             "borderline_left_out": skipped["borderline"],
             "failed_oracle": skipped["oracle"],
+            "invalid": skipped["invalid"],
             "unaudited": sum(not t["audited"] for t in tasks),
             "binary_only": sum(t["binary_only"] for t in tasks),
         },
@@ -357,7 +361,8 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"pool {args.out}: {c['kept']} tasks of {c['found']} ({c['duplicates_removed']} near-duplicates removed, "
         f"{c['rejected_by_audit']} rejected by the audit, {c['borderline_left_out']} borderline left out, "
-        f"{c['failed_oracle']} unresolved by the oracle, {c['unaudited']} unaudited); "
+        f"{c['failed_oracle']} unresolved by the oracle, {c['invalid']} not loadable, "
+        f"{c['unaudited']} unaudited); "
         f"binary outcomes only: {m['binary_outcomes']}"
     )
     return 0 if c["kept"] else 1
