@@ -344,6 +344,7 @@ def plot_rounds(table: list[dict[str, Any]], path: Path) -> None:
     axes[2].legend()
     for ax in axes:
         ax.set_xlabel("round")
+        ax.set_xticks(rounds)
     fig.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=90)
