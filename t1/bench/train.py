@@ -11,7 +11,8 @@ Prints one JSON object:
   update + the no-grad forwards) and of an actor update alone;
 * memory: peak resident memory of one actor and one critic training step (fresh child
   process, glibc asked to return large blocks at once: MALLOC_MMAP_THRESHOLD_=65536;
-  peak RSS over two steps minus RSS before the model was built) against the planner's
+  peak RSS (VmHWM, reset just before the model is built) over two steps minus the RSS at
+  that point) against the planner's
   prediction (`t1.memory`, framework hf) at the same rows x seq, and their ratio.
 Threads: `run.threads` of the config (2 by default). Timings belong in LOG.md, not in tests.
 """
@@ -159,9 +160,23 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _memory_child(config: str | None, role: str, rows: int, seq: int) -> None:
-    import resource
+def _peak_rss() -> int:
+    """VmHWM of this process's address space (reset by `_reset_peak`). Unlike ru_maxrss it
+    does not carry over the parent's peak across fork + exec."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
+
+def _reset_peak() -> None:
+    """Set the peak RSS to the current RSS (Linux >= 4.0: write 5 to clear_refs)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _memory_child(config: str | None, role: str, rows: int, seq: int) -> None:
     cfg = _cfg(config)
     torch.set_num_threads(cfg.run.threads)
     vocab = cfg.tokenizer.vocab_size
@@ -179,8 +194,10 @@ def _memory_child(config: str | None, role: str, rows: int, seq: int) -> None:
     del warm, wp, wb
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, (rows, seq), generator=g)
+    _reset_peak()
     base = _rss()
     trainer, policy = _trainer(cfg, vocab, actor=role == "actor", critic=role == "critic")
+    del policy  # the critic's run must not hold the policy it was initialised from
     from t1.train.batch import Row, collate
 
     layers, k = cfg.model.layers, cfg.model.top_k
@@ -196,7 +213,7 @@ def _memory_child(config: str | None, role: str, rows: int, seq: int) -> None:
     update = trainer.actor_update if role == "actor" else trainer.critic_update
     for _ in range(2):  # the second step holds the optimizer state from the first
         update(batch, _nll)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = _peak_rss()
     print(json.dumps({"role": role, "measured_bytes": peak - base}))
 
 
