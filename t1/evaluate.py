@@ -68,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
     run_dir = Path(cfg.run.results_dir) / cfg.run.name
     tokenizer_dir = args.tokenizer or run_dir / "tokenizer"
     tokenizer = load_tokenizer(tokenizer_dir)
-    tasks = load_tasks(args.tasks or cfg.tasks.eval_dirs)
+    tasks = load_tasks(args.tasks or cfg.tasks.eval_dirs, cfg.run.seed)
     batch_tasks = [t for t in tasks for _ in range(max(1, args.samples))]
     engine = make_engine(cfg, args.policy)
     batch = collect(batch_tasks, engine, tokenizer, cfg, admit=len(batch_tasks), seed=cfg.run.seed)

@@ -284,12 +284,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_tasks(dirs: list[str]) -> list[Task]:
-    tasks = []
-    for path in find_tasks(dirs):
-        tasks.append(load_task(path))  # a malformed task is an error naming its file
+def load_tasks(dirs: list[str], seed: int = 0) -> list[Task]:
+    """Tasks of task dirs, dirs of tasks, or pools (a dir with a pool manifest.json: its tasks
+    in the seeded epoch-0 permutation, never the rank order). A malformed task is an error
+    naming its file."""
+    from t1.pool import MANIFEST, PoolLoader
+
+    paths: list[Path] = []
+    for d in dirs:
+        if (Path(d) / MANIFEST).is_file():
+            paths += [t.path for t in PoolLoader(d, seed).epoch(0)]
+        else:
+            paths += find_tasks([d])
+    tasks = [load_task(p) for p in paths]
     if not tasks:
-        raise SystemExit(f"t1 rollout: no tasks found under {', '.join(dirs)}")
+        raise SystemExit(f"t1 rollout: no tasks found under {', '.join(map(str, dirs))}")
     return tasks
 
 
@@ -300,7 +309,7 @@ def main(args: argparse.Namespace) -> int:
     run_dir = Path(cfg.run.results_dir) / cfg.run.name
     tokenizer_dir = args.tokenizer or run_dir / "tokenizer"
     tokenizer = load_tokenizer(tokenizer_dir)
-    tasks = load_tasks(args.tasks or cfg.tasks.train_dirs)
+    tasks = load_tasks(args.tasks or cfg.tasks.train_dirs, cfg.run.seed)
     if args.expert:
         batch = expert_batch(tasks, tokenizer, cfg)
     else:
