@@ -119,6 +119,11 @@ def bench_replay(cfg: Config, rows: int, seq: int, repeats: int) -> dict[str, An
         "replay_cpu_s": med_cpu["replay"],
         "live_cpu_s": med_cpu["live"],
         "cpu_ratio": med_cpu["replay"] / med_cpu["live"],
+        # Adjacent runs share the machine's load: the median of per-pair ratios is the
+        # steadiest figure on a busy machine.
+        "pair_ratio_median": statistics.median(
+            r / x for r, x in zip(times["replay"], times["live"], strict=True)
+        ),
         "target_ratio": 1.05,
         "samples": times,
     }
@@ -132,16 +137,18 @@ def bench_throughput(cfg: Config, rows: int, seq: int, repeats: int) -> dict[str
     batch = synthetic_batch(policy, vocab, rows, seq)
     ppo = dataclasses.replace(cfg.ppo, minibatch=rows, epochs=1)
     ppo_step(trainer, batch, ppo)  # warm-up
-    steps, updates = [], []
+    steps, updates, cpu = [], [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         ppo_step(trainer, batch, ppo)
         steps.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         t0 = time.perf_counter()
         trainer.actor_update(batch, _nll)
         updates.append(time.perf_counter() - t0)
     tokens = batch.tokens
     return {
+        "ppo_step_cpu_s": statistics.median(cpu),
         "rows": rows,
         "seq": seq,
         "tokens": tokens,
@@ -251,11 +258,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip", action="append", default=[], choices=("replay", "throughput", "memory")
     )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: run.threads)"
+    )
     parser.add_argument("--json", default=None, help="also write the result here")
 
 
 def main(args: argparse.Namespace) -> int:
     cfg = _cfg(args.config)
+    if args.threads:
+        cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, threads=args.threads))
     torch.set_num_threads(cfg.run.threads)
     result: dict[str, Any] = {
         "threads": cfg.run.threads,
