@@ -1,6 +1,7 @@
 """`t1 bench gap`: the train-inference gap on real rollouts, in three settings side by side.
 
     t1 bench gap [--config FILE] [--trajectories 20] [--sft-steps 30] [--json FILE]
+                 [--save-policy DIR] [--save-rollout DIR]
     t1 bench gap --rollout DIR --policy DIR [--tokenizer DIR] [--json FILE]
 
 The gap is the mask-weighted mean |logp_train - logp_rollout| over the loss region
@@ -20,7 +21,9 @@ side is an fp32 copy of the same weights, one full-sequence forward per stream. 
     differently on re-encoding, or shifted by a U+FFFD that replaced an invalid UTF-8
     byte) are "token drift", reported as a rate over all sampled tokens; the gap of (a) is
     taken over the matched ones only, so it measures what drift does to the context of the
-    tokens that survived.
+    tokens that survived. The context drifts too: encoding the whole text merges across the
+    glue our loop appended as ids (an observation ending in `]` + the glue's newline become
+    one token `]\n`), counted as `streams_differing_from_tito`.
 (b) TITO without R3: the assembled streams (t1.tito), live routing in the trainer.
 (c) TITO with R3: the same streams, the rollout's routing replayed (t1.routing.replay).
 
@@ -351,6 +354,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64, help="per turn (default 64)")
     parser.add_argument("--max-turns", type=int, default=4, help="per trajectory (default 4)")
     parser.add_argument("--tasks", nargs="+", default=["examples/tasks"], help="task dirs")
+    parser.add_argument("--save-policy", help="also save the (warm-started) policy here")
+    parser.add_argument("--save-rollout", help="also write the sampled trajectories here")
     parser.add_argument("--json", help="write the figures here")
 
 
@@ -387,6 +392,14 @@ def _sample(
     batch = collect(batch_tasks, engine, tokenizer, cfg, admit=len(batch_tasks), seed=cfg.run.seed)
     info["rollout_s"] = time.monotonic() - t0
     info["by_status"] = batch.summary()["by_status"]
+    if args.save_policy:
+        from t1.policy import save_policy
+
+        save_policy(policy, args.save_policy)
+    if args.save_rollout:
+        from t1.rollout import write_batch
+
+        write_batch(batch, Path(args.save_rollout), args.tokenizer)
     return policy, batch.admitted, info
 
 
