@@ -11,7 +11,10 @@ in a seeded shuffle, reused round-robin when fewer), each child adding 1-2 steps
 model-written step, for a fraction of them when a language model is configured), renders
 them in the v2 layout, validates them in fresh sandboxes (t1.synth.validate), and keeps the
 accepted ones. Everything is seeded per (seed, round, candidate): the same command gives the
-same tasks whatever `--jobs` is.
+same tasks whatever `--jobs` is. That also makes an interrupted run (no DONE.json yet)
+resumable: started again with the same arguments it regenerates the same candidates and
+reuses the validation.json of those already settled (the old events go to
+metrics.jsonl.prev<N>; a `synth_resume` event marks the restart).
 
 Output (DIR; `t1 oracle DIR`, `t1 audit DIR`, `t1 pool --in DIR` see the accepted tasks only,
 since task discovery skips names starting with "_" or "."):
@@ -91,17 +94,24 @@ class _Run:
     def __init__(self, opts: SynthOptions) -> None:
         self.o = opts
         self.out = Path(opts.out)
-        if self.out.is_dir() and any(
-            p.name in ("summary.json", "DONE.json")
-            or (p.is_dir() and not p.name.startswith((".", "_")))
-            for p in self.out.iterdir()
-        ):
-            raise FileExistsError(
-                f"{self.out}: already holds tasks or a synthesis run; choose a new --out"
-            )
+        self.resumed = False
+        names = {p.name: p for p in self.out.iterdir()} if self.out.is_dir() else {}
+        if "DONE.json" in names or "summary.json" in names:
+            raise FileExistsError(f"{self.out}: holds a finished synthesis run; choose a new --out")
+        if "metrics.jsonl" in names:
+            # an interrupted run of ours: the same seeds regenerate the same candidates, whose
+            # validation.json rows are reused; the old events are kept aside
+            n = len(list(self.out.glob("metrics.jsonl.prev*")))
+            names["metrics.jsonl"].rename(self.out / f"metrics.jsonl.prev{n}")
+            shutil.rmtree(self.out / "_staging", ignore_errors=True)
+            self.resumed = True
+        elif any(p.is_dir() and not n.startswith((".", "_")) for n, p in names.items()):
+            raise FileExistsError(f"{self.out}: already holds tasks; choose a new --out")
         for sub in ("_rejected", "_staging"):
             (self.out / sub).mkdir(parents=True, exist_ok=True)
         self.log = MetricsLog(self.out, tensorboard=False)
+        if self.resumed:
+            self.log.write("synth_resume", step=0, out=str(self.out))
         self.table: list[dict[str, Any]] = []
         self.t0 = time.monotonic()
 
@@ -160,9 +170,15 @@ class _Run:
     def round(self, round_: int, drafts: list[Draft], early: list[dict[str, Any]]) -> list[Draft]:
         t0 = time.monotonic()
         staged: dict[str, Draft] = {}
+        reused: list[dict[str, Any]] = []
         for d in drafts:
-            if d.id in staged or (self.out / d.id).exists():
-                continue  # an identical candidate already exists
+            if d.id in staged or any(r["task"] == d.id for r in reused):
+                continue  # an identical candidate this round
+            prior = self._prior(d.id)
+            if prior is not None:  # validated before an interruption
+                reused.append(prior)
+                staged[d.id] = d
+                continue
             render(d, self.out / "_staging" / d.id)
             staged[d.id] = d
         done = [0]
@@ -177,8 +193,9 @@ class _Run:
                 flush=True,
             )
 
-        rows = validate_many(
-            [self.out / "_staging" / i for i in staged],
+        fresh = [i for i in staged if not any(r["task"] == i for r in reused)]
+        rows = reused + validate_many(
+            [self.out / "_staging" / i for i in fresh],
             jobs=self.o.jobs,
             backend=self.o.backend,
             cache_dir=self.o.cache_dir,
@@ -193,15 +210,18 @@ class _Run:
             d = staged[row["task"]]
             src = self.out / "_staging" / d.id
             ok = row["status"] == "accepted"
-            row["path"] = str(self.out / d.id if ok else self.out / "_rejected" / d.id)
-            _write_json(src / "validation.json", row)
-            if ok:
-                src.rename(self.out / d.id)
-                accepted.append(d)
-            elif self.o.keep_rejected:
-                src.rename(self.out / "_rejected" / d.id)
+            if row.get("reused"):
+                accepted += [d] if ok else []
             else:
-                shutil.rmtree(src)
+                row["path"] = str(self.out / d.id if ok else self.out / "_rejected" / d.id)
+                _write_json(src / "validation.json", row)
+                if ok:
+                    src.rename(self.out / d.id)
+                    accepted.append(d)
+                elif self.o.keep_rejected:
+                    src.rename(self.out / "_rejected" / d.id)
+                else:
+                    shutil.rmtree(src)
             self.log.write(
                 "synth_candidate",
                 step=round_,
@@ -214,6 +234,7 @@ class _Run:
                 noop_score=row.get("noop_score"),
                 metrics=row.get("metrics") or metrics(d),
                 seconds=row["seconds"],
+                reused=bool(row.get("reused")),
             )
         for row in early:
             self.log.write("synth_candidate", step=round_, **row)
@@ -247,6 +268,19 @@ class _Run:
             file=sys.stderr,
         )
         return accepted
+
+    def _prior(self, task_id: str) -> dict[str, Any] | None:
+        """The validation row of a candidate an interrupted run already settled, or None."""
+        for p in (self.out / task_id, self.out / "_rejected" / task_id):
+            v = p / "validation.json"
+            if v.is_file():
+                try:
+                    row = json.loads(v.read_text())
+                except json.JSONDecodeError:
+                    shutil.rmtree(p)  # torn: validate again
+                    return None
+                return {**row, "reused": True}
+        return None
 
     def finish(self, status: str) -> dict[str, Any]:
         wall = time.monotonic() - self.t0

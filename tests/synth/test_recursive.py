@@ -130,3 +130,22 @@ def test_foreign_seeds_are_extended(tmp_path, repo_root):
     assert (src / "tests" / "test_outputs.py").read_text().strip() in (
         child / "tests" / "test_outputs.py"
     ).read_text()
+
+
+def test_interrupted_run_resumes_without_revalidating(tmp_path):
+    out = tmp_path / "s"
+    first = run(SynthOptions(out=out, rounds=1, per_round=2, jobs=2, seed=8))
+    tasks = sorted(p.name for p in find_tasks([out]))
+    # simulate a crash late in round 1: no summary yet, one settled candidate lost
+    (out / "DONE.json").unlink()
+    (out / "summary.json").unlink()
+    lost = sorted(out.glob("rst-r01-*"))[0]
+    shutil.rmtree(lost)
+    again = run(SynthOptions(out=out, rounds=1, per_round=2, jobs=2, seed=8))
+    assert sorted(p.name for p in find_tasks([out])) == tasks
+    assert again["accepted"] == first["accepted"]
+    events = list(read_events(out / "metrics.jsonl"))
+    assert events[0]["event"] == "synth_resume"
+    assert (out / "metrics.jsonl.prev0").is_file()
+    fresh = [e for e in events if e["event"] == "synth_candidate" and not e.get("reused")]
+    assert [e["task"] for e in fresh] == [lost.name]
