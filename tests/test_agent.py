@@ -175,12 +175,6 @@ def test_malformed_tool_call_gets_error_observation_and_loop_goes_on(task, tok):
     assert assemble(traj.turns, tok).audit.drift_tokens == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="t1/engine/local.py processed_or_prompt assumes the last output id was never fed; after "
-    "an abort mid-decode it was, so the engine raises 'cache holds N positions, ids N-1' for the "
-    "whole batch (fix: (input_ids + out)[:row.length])",
-)
 def test_cancel_during_generation_aborts_the_engine_request(task, tok, random_engine):
     cancel = CancelToken()
     steps0 = random_engine.stats["decode_steps"]
