@@ -129,7 +129,7 @@ TRAINER_IMAGE = conf("campaign.trainer_image")
 def split_dirs(wildcards):
     dirs = list(conf(f"tasks.{wildcards.split}_dirs"))
     if wildcards.split == "train" and conf("campaign.synthesize"):
-        dirs.append(f"{RESULTS}/{wildcards.run}/tasks/synth")
+        dirs.append(f"{RESULTS}/{wildcards.run}/tasks/audit")  # accepted, repaired tasks
     return " ".join(dirs)
 
 

@@ -23,7 +23,7 @@ rule warmup_rollout:
         gpu=GPUS,
     params:
         policy=lambda w: f"{RESULTS}/{w.run}/sft/model/actor",
-        pool=lambda w: f"{RESULTS}/{w.run}/pool/train",
+        pool=lambda w: f"{RESULTS}/{w.run}/pool/train/tasks",
         out=lambda w: f"{RESULTS}/{w.run}/critic/rollout",
     shell:
         "t1 rollout --config {input.cfg} --policy {params.policy} --tokenizer {input.tok} --tasks {params.pool} --out {params.out} &> {log}"

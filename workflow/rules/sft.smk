@@ -18,7 +18,7 @@ rule expert_rollout:
         mem_mb=MEM_MB,
         cpus_per_task=conf("rollout.workers"),
     params:
-        pool=lambda w: f"{RESULTS}/{w.run}/pool/train",
+        pool=lambda w: f"{RESULTS}/{w.run}/pool/train/tasks",
         out=lambda w: f"{RESULTS}/{w.run}/sft/expert",
     shell:
         "t1 rollout --config {input.cfg} --expert --tokenizer {input.tok} --tasks {params.pool} --out {params.out} &> {log}"

@@ -63,7 +63,7 @@ rule validate_tasks:
     input:
         unpack(split_inputs),
     output:
-        f"{RESULTS}/{{run}}/tasks/validate/{{split}}.json",
+        f"{RESULTS}/{{run}}/tasks/validate/oracle_{{split}}.json",
     log:
         f"{RESULTS}/{{run}}/logs/validate_{{split}}.log",
     container:
@@ -82,7 +82,7 @@ rule validate_tasks:
 rule pool:
     input:
         unpack(split_inputs),
-        validated=f"{RESULTS}/{{run}}/tasks/validate/{{split}}.json",
+        validated=f"{RESULTS}/{{run}}/tasks/validate/oracle_{{split}}.json",
     output:
         f"{RESULTS}/{{run}}/pool/{{split}}/manifest.json",
     log:
