@@ -129,7 +129,9 @@ TRAINER_IMAGE = conf("campaign.trainer_image")
 def split_dirs(wildcards):
     dirs = list(conf(f"tasks.{wildcards.split}_dirs"))
     if wildcards.split == "train" and conf("campaign.synthesize"):
-        dirs.append(f"{RESULTS}/{wildcards.run}/tasks/audit")  # accepted, repaired tasks
+        dirs.append(
+            f"{RESULTS}/{wildcards.run}/tasks/audit"
+        )  # accepted, repaired tasks
     return " ".join(dirs)
 
 
