@@ -129,9 +129,8 @@ TRAINER_IMAGE = conf("campaign.trainer_image")
 def split_dirs(wildcards):
     dirs = list(conf(f"tasks.{wildcards.split}_dirs"))
     if wildcards.split == "train" and conf("campaign.synthesize"):
-        dirs.append(
-            f"{RESULTS}/{wildcards.run}/tasks/audit"
-        )  # accepted, repaired tasks
+        # the tasks the audit accepted (instructions repaired)
+        dirs.append(f"{RESULTS}/{wildcards.run}/tasks/audit")
     return " ".join(dirs)
 
 
