@@ -80,10 +80,14 @@ def oversample(
     workers: int = 2,
     deterministic: bool = False,
     on_done: Callable[[int, R | None], None] | None = None,
+    admissible: Callable[[R], bool] | None = None,
 ) -> OversampleResult[T, R]:
     """Run `run_one` over `items` with `workers` threads; admit the first `admit` to finish.
 
-    A run that raises is dropped with reason "failed: ..." (it never counts as admitted).
+    A run that raises is dropped with reason "failed: ..." (it never counts as admitted); a
+    run whose value fails `admissible` (e.g. a FAILED trajectory) is dropped with reason
+    "not admissible" and its value kept as the progress. Fewer than `admit` may be admitted
+    when too many runs fail.
     Completion order decides admission unless `deterministic`, where launch order does.
     """
     if admit <= 0 or admit > len(items):
@@ -92,6 +96,7 @@ def oversample(
     result: OversampleResult[T, R] = OversampleResult(launched=len(items))
     finished: dict[int, R] = {}
     failed: dict[int, str] = {}
+    finished_inadmissible: dict[int, R] = {}
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="rollout") as pool:
         futures: dict[Future, int] = {
             pool.submit(_guarded, run_one, item, cancels[i]): i for i, item in enumerate(items)
@@ -102,7 +107,11 @@ def oversample(
             for fut in sorted(done, key=lambda f: futures[f]):
                 i = futures[fut]
                 ok, value = fut.result()
-                (finished if ok else failed)[i] = value
+                if ok and admissible is not None and not admissible(value):
+                    failed[i] = "not admissible"
+                    finished_inadmissible[i] = value
+                else:
+                    (finished if ok else failed)[i] = value
                 if on_done:
                     on_done(i, value if ok else None)
             # Once K are admitted, the rest are the tail: cancel them (they return promptly).
@@ -114,7 +123,9 @@ def oversample(
     for i, item in enumerate(items):
         if i in admitted_ids:
             continue
-        if i in failed:
+        if i in finished_inadmissible:
+            result.dropped.append(Dropped(i, item, finished_inadmissible[i], "not admissible"))
+        elif i in failed:
             result.dropped.append(Dropped(i, item, None, f"failed: {failed[i]}"))
         else:
             result.dropped.append(Dropped(i, item, finished.get(i), "truncated-tail"))

@@ -189,6 +189,9 @@ def collect(
         workers=cfg.rollout.workers,
         deterministic=deterministic,
         on_done=(bar.tick if bar else None),
+        # A FAILED or ABORTED trajectory did not "complete": it must not take an admission
+        # slot from one that did (it is recorded among the dropped with its reason).
+        admissible=lambda t: t.status in (Status.COMPLETED, Status.TRUNCATED),
     )
     batch = RolloutBatch(launched=len(tasks), seconds=time.monotonic() - t0)
     batch.admitted = [traj for _, traj in res.admitted]

@@ -71,3 +71,11 @@ def test_batch_planner_carries_dropped_to_front_and_round_trips():
     q = BatchPlanner(order=order, launch=3)
     q.load_state_dict(state)
     assert q.next_batch() == b2
+
+
+def test_inadmissible_results_do_not_take_admission_slots():
+    res = oversample(["bad", "x", "y", "z"], lambda i, c: i, admit=2, workers=1,
+                     admissible=lambda v: v != "bad", deterministic=True)
+    assert [v for _, v in res.admitted] == ["x", "y"]
+    bad = [d for d in res.dropped if d.item == "bad"][0]
+    assert bad.reason == "not admissible" and bad.progress == "bad"
