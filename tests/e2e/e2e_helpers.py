@@ -1,0 +1,120 @@
+"""Helpers of the end-to-end campaign tests: an isolated copy of the workflow, the real
+snakemake run in it, and the checks of what a finished campaign leaves behind.
+
+    .venv/bin/pytest tests/e2e -s -m e2e      # the tests that use it
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+FEWER_STEPS = Path(__file__).resolve().parent / "fewer_steps.yaml"
+
+
+def cluster_problem() -> str | None:
+    """Why the local Slurm (.ci/slurm/up.sh) cannot run the test, or None when it can."""
+    for tool in ("sbatch", "sacct", "scontrol", "sinfo"):
+        if shutil.which(tool) is None:
+            return f"{tool} not installed"
+    try:
+        state = subprocess.run(
+            ["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=10
+        )
+        acct = subprocess.run(
+            ["sacct", "-n", "-X", "-S", "now-1minutes"], capture_output=True, text=True, timeout=10
+        )
+    except subprocess.TimeoutExpired:
+        return "Slurm does not answer"
+    if state.returncode or not re.search(r"idle|mixed|alloc", state.stdout):
+        return f"no usable node (sinfo: {state.stdout.strip() or state.stderr.strip()})"
+    if acct.returncode:
+        return f"sacct does not answer ({acct.stderr.strip()})"
+    return None
+
+
+def workflow_copy(root: Path) -> Path:
+    """Snakefile, workflow/, profiles/, examples/ copied to root; results go to root/results."""
+    shutil.copy(REPO / "Snakefile", root)
+    for d in ("workflow", "profiles", "examples"):
+        shutil.copytree(REPO / d, root / d)
+    return root
+
+
+def snakemake(wf: Path, *args: str, timeout: float) -> tuple[subprocess.CompletedProcess, float]:
+    """Run the real snakemake in wf; returns the process and its duration in seconds."""
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [str(BIN / "snakemake"), *args],
+        cwd=wf,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return r, time.monotonic() - t0
+
+
+def tail(r: subprocess.CompletedProcess, n: int = 8000) -> str:
+    return (r.stdout + r.stderr)[-n:]
+
+
+def planned_jobs(dry_run_out: str) -> dict[str, int]:
+    """rule -> jobs of the DAG, from `snakemake -n` output (a dry run prints local rules as
+    `rule X:` too)."""
+    jobs: dict[str, int] = {}
+    for rule in re.findall(r"^(?:local)?rule (\w+):$", dry_run_out, re.M):
+        jobs[rule] = jobs.get(rule, 0) + 1
+    return jobs
+
+
+def ran_locally(run_out: str) -> set[str]:
+    """Rules a real (not dry) run printed as `localrule X:` (run by snakemake itself)."""
+    return set(re.findall(r"^localrule (\w+):$", run_out, re.M))
+
+
+def declared_local_rules(wf: Path) -> set[str]:
+    """Rules with `localrule: True` in the Snakefile and workflow/rules/*.smk."""
+    out = set()
+    for f in [wf / "Snakefile", *sorted((wf / "workflow/rules").glob("*.smk"))]:
+        for block in re.split(r"(?m)^(?=rule )", f.read_text())[1:]:
+            if re.search(r"^    localrule: True$", block.split("\n\n\n")[0], re.M):
+                out.add(block.split(":")[0].split()[1])
+    return out
+
+
+def events(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def check_finished_campaign(wf: Path, run: str, segments: int, steps_per_segment: int) -> None:
+    """report.md mentions the PPO steps; every step has a metrics.jsonl with its ppo_step
+    event; every segment has its DONE marker."""
+    run_dir = wf / "results" / run
+    assert (run_dir / "config.yaml").is_file(), "the run's pinned config is missing"
+    report = run_dir / "report.md"
+    assert report.is_file(), f"{report} missing"
+    text = report.read_text()
+    assert "## PPO steps" in text, f"{report} has no PPO steps table:\n{text[:2000]}"
+    for i in range(segments):
+        done = run_dir / "ppo" / f"iter_{i:05d}" / "DONE"
+        assert done.is_file(), f"{done} missing"
+    ppo_steps = []
+    for s in range(segments * steps_per_segment):
+        metrics = run_dir / "ppo" / "steps" / f"step_{s:06d}" / "train" / "metrics.jsonl"
+        assert metrics.is_file(), f"{metrics} missing"
+        ppo = [e for e in events(metrics) if e.get("event") == "ppo_step"]
+        assert ppo, f"{metrics} holds no ppo_step event"
+        ppo_steps += ppo
+    assert len(ppo_steps) >= segments * steps_per_segment
+    for stage in ("sft", "ppo"):
+        assert (run_dir / "eval" / stage / "eval.json").is_file(), f"eval of {stage} missing"
