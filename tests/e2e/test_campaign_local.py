@@ -14,7 +14,12 @@ from e2e_helpers import REPO, check_finished_campaign, snakemake, tail, workflow
 
 from t1.config import load_config
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.e2e,
+    # the whole campaign; pyproject's default (900 s) is for single tests
+    pytest.mark.timeout(3600),
+    pytest.mark.slow,
+]
 
 
 def test_local_campaign_dense_finishes_with_report_and_metrics(tmp_path):

@@ -35,6 +35,8 @@ from e2e_helpers import (
 _problem = cluster_problem()
 pytestmark = [
     pytest.mark.e2e,
+    # the whole campaign; pyproject's default (900 s) is for single tests
+    pytest.mark.timeout(3600),
     pytest.mark.slurm,
     pytest.mark.integration,
     pytest.mark.slow,
