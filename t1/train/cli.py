@@ -16,12 +16,13 @@
 --critic (ppo) a critic_warmup output DIR: on the first step (--from an SFT DIR) load only
          its critic weights; that step and the next up to `critic_warmup.recalibration_rollouts`
          (default 2) ppo steps in all update the critic only, then policy steps begin. Ignored
-         when --from is a PPO step (the critic is in its trainer.pt). Without --critic, or
+         when --from is a PPO step (the critic is in its checkpoint). Without --critic, or
          with `critic_warmup.enabled: false`, the critic starts cold (policy backbone + fresh
          value head).
 --out    the output directory:
-           DIR/trainer.pt     full trainer state (actor, critic, both optimizers, RNG states,
-                              counters); written to a temp file and renamed
+           DIR/ckpt/step_N/   full trainer state (actor, critic, both optimizers, RNG states,
+                              counters, data cursor): atomic t1.ckpt checkpoints, newest
+                              `state.KEEP` kept; a corrupt newest one is reported and skipped
            DIR/actor/         policy weights for the engine (t1.policy format)
            DIR/critic/        critic weights
            DIR/metrics.jsonl  one JSON event per optimizer step / stage end (+ tensorboard/)
@@ -30,9 +31,9 @@
                   trajectories recorded in their metadata; our own agent loop never needs it)
 --max-steps N     stop after N optimizer steps (smoke runs); the stage is then not DONE
 
-Resumable: a DIR with DONE.json is left alone (exit 0); a DIR with trainer.pt but no DONE.json
-continues from that state (sft saves every `sft.save_every` steps); otherwise the stage starts
-from --from. On SIGUSR2 / SIGTERM (t1 supervise, Slurm) sft and critic_warmup save trainer.pt
+Resumable: a DIR with DONE.json is left alone (exit 0); a DIR with a complete checkpoint under
+DIR/ckpt but no DONE.json continues from the newest one (sft saves every `sft.save_every` steps); otherwise the stage starts
+from --from. On SIGUSR2 / SIGTERM (t1 supervise, Slurm) sft and critic_warmup save a checkpoint
 at the next optimizer-step boundary and exit 75; a ppo step (short) is finished first.
 Exit codes: 0 done (or --max-steps reached), 2 bad arguments/config, 3 input records missing,
 malformed or without a trainable trajectory, 75 stopped by a signal (rerun to resume).
@@ -87,6 +88,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"t1 train: --critic {args.critic}: no critic/ directory (a critic_warmup output?)")
         return 2
     torch.set_num_threads(cfg.run.threads)
+    if cfg.run.deterministic:  # bit-identical reruns: deterministic kernels, fixed threads
+        torch.use_deterministic_algorithms(True, warn_only=True)
     torch.manual_seed(cfg.run.seed)
     stop = StopRequest()  # SIGUSR2 / SIGTERM: save at the next step boundary, exit 75
     module = importlib.import_module(f"t1.train.{args.stage}")

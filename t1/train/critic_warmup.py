@@ -8,7 +8,7 @@ assertion passed), the policy frozen (not even loaded into the optimizer). Loss:
 between the values and the returns (gamma = lambda = 1: each row's reward) over the loss
 region, token-level mean. Each step logs the value loss and the explained variance of the
 minibatch's values before that step (`critic_warmup_step` events). Writes DIR/critic (the
-critic weights only), DIR/trainer.pt, DIR/DONE.json.
+critic weights only), DIR/ckpt/ (t1.ckpt checkpoints), DIR/DONE.json.
 
 The dense campaign then loads only these weights (`t1 train --stage ppo --critic DIR`) and
 re-calibrates: its first `critic_warmup.recalibration_rollouts` (2) PPO steps update the

@@ -2,18 +2,19 @@
 
     t1 train --config FILE --stage ppo --in ROLLOUT_DIR --from PREV_DIR --out DIR [--critic W]
 
-PREV_DIR is the previous step's DIR (its trainer.pt: actor, critic, both optimizers, RNG,
-counters, the gap EMA, the step index and the re-calibration countdown are restored exactly)
+PREV_DIR is the previous step's DIR (its newest checkpoint under PREV_DIR/ckpt: actor,
+critic, both optimizers, RNG, counters, the gap EMA, the step index and the re-calibration countdown are restored exactly)
 or, for the first step, an SFT DIR (its actor; fresh optimizers). On the first step the
 critic is loaded from W/critic when given and `critic_warmup.enabled` (then the next
 `critic_warmup.recalibration_rollouts` steps update the critic only), else built cold from the
-actor's backbone with a fresh head. --critic is ignored when PREV_DIR holds a trainer.pt.
+actor's backbone with a fresh head. --critic is ignored when PREV_DIR holds a checkpoint.
 
 Trains on the COMPLETED and TRUNCATED trajectories with a reward (t1.train.data); a step
 without any (every rollout failed) carries the state forward unchanged and says so. Writes
-DIR/actor (for the next rollout), DIR/critic, DIR/trainer.pt, one `ppo_step` event in
-DIR/metrics.jsonl (+ TensorBoard), DIR/DONE.json (with the metrics). If DIR/trainer.pt is
-already complete (a crash after it was written), only the weights and DONE.json are redone.
+DIR/actor (for the next rollout), DIR/critic, DIR/ckpt/step_N, one `ppo_step` event in
+DIR/metrics.jsonl (+ TensorBoard), DIR/DONE.json (with the metrics). If DIR/ckpt already
+holds the finished step (a crash after it was written), only the weights and DONE.json are
+redone.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ sandboxes (`t1 rollout --expert`: real observations, the reference's commands as
 log-likelihood over the loss region (the assistant tokens), nothing on observations or
 template glue. No routing replay (the expert's tokens were not sampled by our model).
 AdamW as in PPO with `sft.lr`; `sft.epochs` passes of `sft.batch` rows, shuffled per epoch.
-Writes DIR/actor (the supervised checkpoint every campaign starts from), DIR/trainer.pt,
+Writes DIR/actor (the supervised checkpoint every campaign starts from), DIR/ckpt/ (t1.ckpt),
 DIR/metrics.jsonl (`sft_step` events), DIR/DONE.json.
 """
 

@@ -2,11 +2,17 @@
 
     from t1.train.state import StageDir, build_trainer, run_epochs
 
-StageDir(out): `trainer.pt` (torch.save to a temp file, fsync, rename: never half-written)
-holds {"schema_version", "stage", "status": "partial" | "complete", "trainer": the trainer's
-state_dict, "progress": stage counters}; `DONE.json` ({"schema_version", "status":
-"complete", "stage", ...}) is written last, after the weights. t1/ckpt.py (atomic manifests)
-will take over the writing; the layout stays.
+StageDir(out): the resumable state goes through t1.ckpt as atomic checkpoints
+`OUT/ckpt/step_{N:08d}` (N = optimizer steps taken; parts `actor` and `critic` as
+safetensors, `trainer` = the rest of the trainer's state_dict (optimizers, RNG states,
+counters) as torch.save bytes, `progress` = stage counters, epoch permutation and cursor as
+JSON; meta {"schema_version", "stage", "status": "partial" | "complete"}). The newest `KEEP`
+complete ones are kept; on load the newest complete, verified one wins and a partial or
+corrupt newer one is reported (OUT/ckpt/incidents.jsonl, logger "t1.ckpt") and skipped, so a
+kill -9 anywhere, mid-write included, costs at most the steps since the previous checkpoint.
+A legacy OUT/trainer.pt (older runs) is still read when OUT/ckpt holds nothing usable.
+`DONE.json` ({"schema_version", "status": "complete", "stage", ...}) is written last, after
+the weights.
 
 run_epochs: shuffled minibatches of rows over `epochs`, the permutation drawn from the
 trainer's own generator at each epoch start and kept in the progress record, so a run stopped
@@ -16,6 +22,7 @@ sequence. It saves every `save_every` optimizer steps and when asked to stop.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -25,6 +32,7 @@ from typing import Any
 
 import torch
 
+from t1.ckpt import Checkpoint, CheckpointManager, latest_complete
 from t1.config import Config
 from t1.supervise import heartbeat
 from t1.train.batch import Row, collate
@@ -32,50 +40,79 @@ from t1.train.hf import HFTrainer
 
 SCHEMA_VERSION = 1
 EXIT_REQUEUE = 75
+KEEP = 3  # complete checkpoints kept per stage directory (the newest may prove corrupt)
 
 
 class StageDir:
-    def __init__(self, out: str | Path, stage: str) -> None:
+    def __init__(self, out: str | Path, stage: str, keep: int = KEEP) -> None:
         self.path = Path(out)
         self.stage = stage
-        self.state_file = self.path / "trainer.pt"
+        self.keep = keep
+        self.ckpt_root = self.path / "ckpt"
+        self.legacy_state_file = self.path / "trainer.pt"
         self.done_file = self.path / "DONE.json"
+        self._manager: CheckpointManager | None = None
 
     def done(self) -> bool:
         return self.done_file.exists()
 
     def load(self) -> dict[str, Any] | None:
-        """The saved payload, or None. A payload of another stage is an error."""
-        if not self.state_file.exists():
+        """The newest complete checkpoint's payload, or None. Corrupt and partial newer ones
+        are reported (OUT/ckpt/incidents.jsonl) and skipped; a payload of another stage is an
+        error. A legacy OUT/trainer.pt is read when OUT/ckpt holds nothing usable."""
+        ckpt = latest_complete(self.ckpt_root)
+        if ckpt is not None:
+            where = ckpt.path
+            try:
+                payload = _payload_of(ckpt)
+            except Exception as e:  # noqa: BLE001 - name the checkpoint whatever went wrong
+                raise RuntimeError(
+                    f"{where}: unreadable trainer state ({e}); remove it to fall back"
+                ) from None
+            print(f"t1 train {self.stage}: resuming from {where}", flush=True)
+        elif self.legacy_state_file.exists():
+            where = self.legacy_state_file
+            try:
+                payload = torch.load(where, weights_only=False)
+            except Exception as e:  # noqa: BLE001 - name the file whatever torch raised
+                raise RuntimeError(
+                    f"{where}: unreadable trainer state ({e}); remove it to restart the stage"
+                ) from None
+        else:
             return None
-        try:
-            payload = torch.load(self.state_file, weights_only=False)
-        except Exception as e:  # noqa: BLE001 - name the file whatever torch raised
-            raise RuntimeError(
-                f"{self.state_file}: unreadable trainer state ({e}); remove it to restart the stage"
-            ) from None
         if payload.get("schema_version") != SCHEMA_VERSION or payload.get("stage") != self.stage:
             raise RuntimeError(
-                f"{self.state_file}: stage {payload.get('stage')!r} schema {payload.get('schema_version')}, "
+                f"{where}: stage {payload.get('stage')!r} schema {payload.get('schema_version')}, "
                 f"expected stage {self.stage!r} schema {SCHEMA_VERSION}"
             )
         return payload
 
     def save(self, trainer: HFTrainer, progress: dict[str, Any], complete: bool = False) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        payload = {
+        """One atomic checkpoint OUT/ckpt/step_N (N = progress["step"]); keeps the newest K."""
+        if self._manager is None:
+            self._manager = CheckpointManager(self.ckpt_root, keep=self.keep)
+        state = trainer.state_dict()
+        parts: dict[str, Any] = {}
+        for name in ("actor", "critic"):
+            if state[name] is not None:
+                parts[name] = state[name]
+        rest = {k: v for k, v in state.items() if k not in parts}
+        buf = io.BytesIO()
+        torch.save(rest, buf)
+        parts["trainer"] = buf.getvalue()
+        parts["progress"] = progress
+        meta = {
             "schema_version": SCHEMA_VERSION,
             "stage": self.stage,
             "status": "complete" if complete else "partial",
-            "trainer": trainer.state_dict(),
-            "progress": progress,
         }
-        tmp = self.state_file.with_name(f".{self.state_file.name}.tmp")
-        with open(tmp, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.state_file)
+        self._manager.save(int(progress.get("step", 0)), parts, meta=meta)
+
+    def close(self) -> None:
+        """Wait for background retention (call before the process exits normally)."""
+        if self._manager is not None:
+            self._manager.close()
+            self._manager = None
 
     def finish(self, info: dict[str, Any]) -> None:
         record = {
@@ -88,6 +125,15 @@ class StageDir:
         tmp = self.done_file.with_name(f".{self.done_file.name}.tmp")
         tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
         os.replace(tmp, self.done_file)
+
+
+def _payload_of(ckpt: Checkpoint) -> dict[str, Any]:
+    """The payload `StageDir.save` split into parts, put back together."""
+    rest = torch.load(io.BytesIO(ckpt.load("trainer")), weights_only=False)
+    state = dict(rest)
+    for name in ("actor", "critic"):
+        state[name] = ckpt.load(name) if name in ckpt.parts else None
+    return {**ckpt.meta, "trainer": state, "progress": ckpt.load("progress")}
 
 
 def build_trainer(cfg: Config, actor, critic, actor_lr: float | None = None) -> HFTrainer:

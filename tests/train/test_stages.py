@@ -128,7 +128,7 @@ def test_sft_resumes_bit_exactly_and_marks_done(world):
     assert json.loads((full / "DONE.json").read_text())["status"] == "complete"
     # Interrupted after one step, then resumed: the same weights as the uninterrupted run.
     assert cli.main(_args(cfg, "sft", world["rollout"], world["policy"], part, max_steps=1)) == 0
-    assert not (part / "DONE.json").exists() and (part / "trainer.pt").exists()
+    assert not (part / "DONE.json").exists() and (part / "ckpt" / "step_00000001").is_dir()
     assert cli.main(_args(cfg, "sft", world["rollout"], world["policy"], part)) == 0
     a, b = load_policy(full / "actor").state_dict(), load_policy(part / "actor").state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
