@@ -66,7 +66,8 @@ PAPER = {
 
 def ev_curve(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """`ppo_step` events -> one point per step, ordered by step: {"step", "explained_variance"
-    (float or None), "value_loss", "actor_updated", "reward_mean"}. Other events are ignored;
+    (float or None), "value_loss", "actor_updated", "reward_mean", "v0" (value_stats, if
+    logged)}. Other events are ignored;
     a step logged twice (a resumed run) keeps its last event; a null or non-finite EV is None."""
     by_step: dict[int, dict[str, Any]] = {}
     for ev in events:
@@ -83,6 +84,7 @@ def ev_curve(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                 "value_loss": _finite(ev.get("value_loss")),
                 "actor_updated": ev.get("actor_updated"),
                 "reward_mean": _finite(ev.get("reward_mean")),
+                "v0": ev.get("v0"),
             }
         )
     return out
@@ -126,6 +128,25 @@ def reward_stats(rewards: Sequence[float]) -> dict[str, Any]:
         "reward_mean": mean,
         "reward_std": math.sqrt(var) if n else math.nan,
         "nonzero": sum(1 for r in rewards if r != 0),
+    }
+
+
+def value_stats(values, returns, loss_mask) -> dict[str, float]:
+    """What an explained variance is made of. values, returns, loss_mask: [B, T]; pooled over
+    loss tokens: value/return mean and population std, their correlation, and
+    var_ratio = Var(V) / Var(R), so that EV = 2 * corr * sqrt(var_ratio) - var_ratio."""
+    mask = loss_mask.bool()
+    v = values.detach().double()[mask]
+    r = returns.detach().double()[mask]
+    sv, sr = float(v.std(unbiased=False)), float(r.std(unbiased=False))
+    cov = float(((v - v.mean()) * (r - r.mean())).mean())
+    return {
+        "value_mean": float(v.mean()),
+        "value_std": sv,
+        "return_mean": float(r.mean()),
+        "return_std": sr,
+        "corr": cov / (sv * sr) if sv > 0 and sr > 0 else math.nan,
+        "var_ratio": sv**2 / sr**2 if sr > 0 else math.nan,
     }
 
 
@@ -178,9 +199,21 @@ def run_arm(arm: str, cfg, args: argparse.Namespace, batches: list[Any]) -> list
     adir = Path(args.work) / arm
     metrics_file = adir / "metrics.jsonl"
     metrics_file.unlink(missing_ok=True)  # an arm is rerun whole
+    # The step's first critic_values call is V0, the values its EV is taken from: keep it
+    # (an instance attribute wrapping the method; no extra forward, no change to the step).
+    seen = []
+    values_of = trainer.critic_values
+
+    def spy(batch):
+        v = values_of(batch)
+        seen.append(v)
+        return v
+
+    trainer.critic_values = spy
     with MetricsLog(adir, tensorboard=False) as log:
         for step, batch in enumerate(batches):
             t0 = time.perf_counter()
+            seen.clear()
             if progress["recalibration_left"] > 0:
                 m = recalibrate(trainer, batch, cfg.ppo, progress["gap_ema"])
                 progress["recalibration_left"] -= 1
@@ -189,6 +222,7 @@ def run_arm(arm: str, cfg, args: argparse.Namespace, batches: list[Any]) -> list
             progress["gap_ema"] = m["gap_ema"]
             fields = {k: v for k, v in m.items() if not k.startswith("_")}
             fields.update(critic_start=arm, recalibration_left=progress["recalibration_left"])
+            fields["v0"] = value_stats(seen[0], m["_returns"], batch.loss_mask)
             log.write("ppo_step", step, **fields)
             ev = fields["explained_variance"]
             print(
@@ -224,19 +258,21 @@ def _curve_record(curve: list[dict[str, Any]]) -> dict[str, Any]:
         "explained_variance": ev,
         "value_loss": [p["value_loss"] for p in curve],
         "actor_updated": [p["actor_updated"] for p in curve],
+        "v0": [p["v0"] for p in curve],
         "summary": summarize(ev),
     }
 
 
 def plot_curves(result: dict[str, Any], path: Path) -> None:
-    """EV per step for each arm (symlog y when a value falls below -2); the warm arm's
-    critic-only steps shaded."""
+    """Left: EV per step for each arm (symlog y when a value falls below -2), the warm arm's
+    critic-only steps shaded. Right: the value loss per step (log y)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.6))
     lowest = 0.0
     for arm, style in (("warm", "o-"), ("cold", "s--")):
         rec = result["arms"].get(arm)
@@ -246,18 +282,26 @@ def plot_curves(result: dict[str, Any], path: Path) -> None:
         if pts:
             ax.plot(*zip(*pts, strict=True), style, label=f"{arm} critic")
             lowest = min(lowest, min(v for _, v in pts))
+        loss = [(i, v) for i, v in enumerate(rec["value_loss"]) if v is not None and v > 0]
+        if loss:
+            bx.plot(*zip(*loss, strict=True), style, label=f"{arm} critic")
         if arm == "warm":
-            recal = [i for i, a in enumerate(rec["actor_updated"]) if a is False]
-            for i in recal:
-                ax.axvspan(i - 0.5, i + 0.5, color="0.9", zorder=0)
+            for i, updated in enumerate(rec["actor_updated"]):
+                if updated is False:
+                    for a in (ax, bx):
+                        a.axvspan(i - 0.5, i + 0.5, color="0.9", zorder=0)
     ax.axhline(0.0, color="k", lw=0.8)
     if lowest < -2:
         ax.set_yscale("symlog", linthresh=1.0)
-    ax.set_xlabel("PPO step (shaded: warm critic re-calibration, critic only)")
-    ax.set_ylabel("explained variance (pre-update)")
-    ax.set_title(result.get("title", "critic warm-up vs cold start"), fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.set_ylabel("explained variance (values before the update)")
+    bx.set_yscale("log")
+    bx.set_ylabel("value loss")
+    for a in (ax, bx):
+        a.set_xlabel("PPO step (shaded: warm arm re-calibrates, critic only)", fontsize=8)
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))
+        a.grid(alpha=0.3)
+        a.legend(fontsize=8)
+    fig.suptitle(result.get("title", "critic warm-up vs cold start, same batches"), fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

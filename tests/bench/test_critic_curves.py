@@ -72,3 +72,23 @@ def test_from_metrics_reads_every_step_file_of_a_campaign(tmp_path):
     json.dumps(out)  # serialisable as written
     with pytest.raises(SystemExit):
         from_metrics([str(tmp_path)])  # no ARM=
+
+
+def test_value_stats_rebuilds_the_explained_variance():
+    import torch
+
+    from t1.bench.critic import value_stats
+    from t1.ppo.metrics import explained_variance
+
+    # two rows, loss tokens marked; padding (mask 0) must not count
+    values = torch.tensor([[0.0, 1.0, 9.0], [2.0, 3.0, 9.0]])
+    returns = torch.tensor([[1.0, 1.0, 5.0], [3.0, 3.0, 5.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0]])
+    s = value_stats(values, returns, mask)
+    # V = [0, 1, 2, 3]: mean 1.5, var 1.25; R = [1, 1, 3, 3]: mean 2, var 1; cov 1
+    assert s["value_mean"] == 1.5 and s["return_mean"] == 2.0
+    assert math.isclose(s["var_ratio"], 1.25)
+    assert math.isclose(s["corr"], 1.0 / math.sqrt(1.25))
+    ev = 2 * s["corr"] * math.sqrt(s["var_ratio"]) - s["var_ratio"]
+    assert math.isclose(ev, explained_variance(values, returns, mask))
+    assert math.isclose(ev, 0.75)  # 1 - Var(R - V) / Var(R) = 1 - 0.25 / 1
