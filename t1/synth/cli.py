@@ -31,7 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--seeds", type=Path, metavar="DIR", help="seed tasks (v2) instead of library seeds"
     )
     parser.add_argument("--executor", choices=("local", "slurm"), help="where validation runs")
-    parser.add_argument("--sandbox", choices=("bwrap", "apptainer"), default="bwrap")
+    parser.add_argument(
+        "--sandbox",
+        choices=("bwrap", "apptainer"),
+        help="sandbox backend (default: config sandbox.backend)",
+    )
     parser.add_argument(
         "--env-cache", type=Path, help="environment layer cache (default: t1 oracle's)"
     )
@@ -93,8 +97,9 @@ def main(args: argparse.Namespace) -> int:
         jobs=s.workers if args.jobs is None else args.jobs,
         seeds_dir=args.seeds,
         executor=args.executor or s.executor,
-        backend=args.sandbox,
-        cache_dir=args.env_cache,
+        backend=args.sandbox or cfg.sandbox.backend,
+        cache_dir=args.env_cache
+        or (Path(cfg.tasks.env_cache).expanduser() if args.config else None),
         steps_min=steps_min,
         steps_max=steps_max,
         llm=llm,

@@ -497,6 +497,8 @@ def count_commands(script: str) -> int:
 def metrics(d: Draft) -> dict[str, Any]:
     sol = solution_text(d)
     n_assert = sum(len(s.assertions) for s in d.steps)
+    if d.base is not None:  # the seed's own assertions (one per test function)
+        n_assert += len(re.findall(r"^def test\w*\(", d.base.tests, re.M))
     return {
         "steps": len(d.steps) + (d.base.steps if d.base else 0),
         "solution_lines": len(sol.splitlines()),

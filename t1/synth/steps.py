@@ -287,7 +287,7 @@ def rel(path: str) -> str:
     return path[len(WORKDIR) + 1 :] if path.startswith(WORKDIR + "/") else path
 
 
-def test_fn(name: str, body: str) -> str:
+def assertion_fn(name: str, body: str) -> str:
     """Source of one pytest function `name` with `body` (dedented, then indented)."""
     return f"def {name}():\n" + textwrap.indent(textwrap.dedent(body).strip("\n"), "    ") + "\n"
 
@@ -311,7 +311,7 @@ def make_step(
 ) -> Step:
     """Assemble a Step; `tests` are (short name, body) pairs named `test_sNN_<short>`."""
     names = [ctx.test_name(what) for what, _ in tests]
-    src = "\n\n".join(test_fn(n, body) for n, (_, body) in zip(names, tests, strict=True))
+    src = "\n\n".join(assertion_fn(n, body) for n, (_, body) in zip(names, tests, strict=True))
     category = _REGISTRY[kind].category
     instruction = "\n".join(line.strip() for line in instruction.strip().splitlines())
     missing = [m for m in mentions if m not in instruction]
