@@ -96,9 +96,12 @@ def events(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def check_finished_campaign(wf: Path, run: str, segments: int, steps_per_segment: int) -> None:
+def check_finished_campaign(
+    wf: Path, run: str, segments: int, steps_per_segment: int, recalibration: int
+) -> None:
     """report.md mentions the PPO steps; every step has a metrics.jsonl with its ppo_step
-    event; every segment has its DONE marker."""
+    event; every segment has its DONE marker; past the critic-only recalibration steps
+    (critic_warmup.recalibration_rollouts) the actor was updated."""
     run_dir = wf / "results" / run
     assert (run_dir / "config.yaml").is_file(), "the run's pinned config is missing"
     report = run_dir / "report.md"
@@ -116,5 +119,7 @@ def check_finished_campaign(wf: Path, run: str, segments: int, steps_per_segment
         assert ppo, f"{metrics} holds no ppo_step event"
         ppo_steps += ppo
     assert len(ppo_steps) >= segments * steps_per_segment
+    if segments * steps_per_segment > recalibration:
+        assert any(e.get("actor_updated") for e in ppo_steps), "no PPO step updated the actor"
     for stage in ("sft", "ppo"):
         assert (run_dir / "eval" / stage / "eval.json").is_file(), f"eval of {stage} missing"

@@ -29,7 +29,11 @@ def test_local_campaign_dense_finishes_with_report_and_metrics(tmp_path):
     print(f"\n[e2e] local campaign_dense (tiny config): {seconds:.0f} s, exit {r.returncode}")
     assert r.returncode == 0, tail(r)
     check_finished_campaign(
-        wf, tiny.run.name, tiny.campaign.segments, tiny.campaign.steps_per_segment
+        wf,
+        tiny.run.name,
+        tiny.campaign.segments,
+        tiny.campaign.steps_per_segment,
+        tiny.critic_warmup.recalibration_rollouts,
     )
     rerun, _ = snakemake(wf, "--profile", "profiles/local", "-n", "campaign_dense", timeout=300)
     assert rerun.returncode == 0 and "Nothing to be done" in rerun.stdout, tail(rerun)

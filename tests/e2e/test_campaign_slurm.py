@@ -87,8 +87,14 @@ def test_slurm_campaign_dense_runs_every_nonlocal_rule_as_a_completed_job(tmp_pa
     run_uuid = m[1]
     assert ran_locally(r.stdout + r.stderr) <= local, tail(r)
 
-    small = yaml.safe_load(FEWER_STEPS.read_text())["campaign"]
-    check_finished_campaign(wf, "tiny", small["segments"], small["steps_per_segment"])
+    small = yaml.safe_load(FEWER_STEPS.read_text())
+    check_finished_campaign(
+        wf,
+        "tiny",
+        small["campaign"]["segments"],
+        small["campaign"]["steps_per_segment"],
+        small["critic_warmup"]["recalibration_rollouts"],
+    )
 
     by_rule = slurm_jobs_by_rule(wf)
     assert {rule: len(jobs) for rule, jobs in by_rule.items()} == remote, (by_rule, remote)
