@@ -7,7 +7,8 @@ critic, both optimizers, RNG, counters, the gap EMA, the step index and the re-c
 countdown are restored exactly) or, for the first step, an SFT DIR (its actor; fresh
 optimizers). On the first step the critic is loaded from W/critic when given and
 `critic_warmup.enabled` (then the next `critic_warmup.recalibration_rollouts` steps update
-the critic only), else built cold from the actor's backbone with a fresh head. --critic is ignored when PREV_DIR holds a checkpoint.
+the critic only), else built cold from the actor's backbone with a fresh head. --critic is
+ignored when PREV_DIR holds a checkpoint.
 
 Trains on the COMPLETED and TRUNCATED trajectories with a reward (t1.train.data); a step
 without any (every rollout failed) carries the state forward unchanged and says so. Writes
