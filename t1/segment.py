@@ -247,12 +247,15 @@ class Driver:
         return rc
 
     def prune(self, s: int) -> None:
-        """Delete trainer.pt of finished steps older than the newest `keep_checkpoints`."""
+        """Delete the trainer checkpoints (train/ckpt, and a legacy train/trainer.pt) of finished
+        steps older than the newest `keep_checkpoints`; their policy weights and metrics stay."""
         keep = max(1, self.cfg.campaign.keep_checkpoints)
-        for f in (self.run_dir / "ppo" / "steps").glob("step_*/train/trainer.pt"):
-            old = int(f.parent.parent.name.split("_")[1])
-            if old <= s - keep and (f.parent / "DONE.json").exists():
-                f.unlink(missing_ok=True)
+        for train in (self.run_dir / "ppo" / "steps").glob("step_*/train"):
+            old = int(train.parent.name.split("_")[1])
+            if old > s - keep or not (train / "DONE.json").exists():
+                continue
+            shutil.rmtree(train / "ckpt", ignore_errors=True)
+            (train / "trainer.pt").unlink(missing_ok=True)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
