@@ -101,7 +101,12 @@ def trivial_lines(paths: list[str]) -> tuple[str, ...]:
 
 # --------------------------------------------------------------------------- static checks
 
-_GENERIC = {"utf-8", "ascii", "rb", "wb", "r:gz", "w:gz"}
+# words that name tools and syntax, not task values
+_GENERIC = {
+    "utf-8", "ascii", "rb", "wb", "r:gz", "w:gz", "bash", "python3", "git", "log", "show",
+    "cat-file", "rev-parse", "check-ignore", "HEAD", "sha256sum", "pytest", "PATH", "lambda",
+    "import", "print", "True", "False", "None", "return",
+}  # fmt: skip
 
 
 def _is_path(s: str) -> bool:
@@ -161,8 +166,8 @@ def checked_literals(tests_src: str, workdir: str, solution: str) -> list[str]:
     for s in verifier_literals(tests_src):
         if s.startswith(workdir + "/") or s == workdir:
             out.append(s)
-        elif not s.startswith("/") and s in solution:
-            out.append(s)
+        elif not s.startswith("/") and re.search(rf"(?<![\w-]){re.escape(s)}(?![\w-])", solution):
+            out.append(s)  # spelled out as a whole token, not inside a longer word
     return out
 
 
