@@ -247,18 +247,31 @@ def outcomes_from(
 # --------------------------------------------------------------------------- running
 
 
-def verifier_command(task: Task) -> str:
-    """The shell line that runs the task's verifier inside its sandbox (output to a log file)."""
+def verifier_command(task: Task, base_env: dict[str, str] | None = None) -> str:
+    """The shell line that runs the task's verifier inside its sandbox (output to a log file).
+
+    `base_env` is the environment the sandbox started with (`sandbox.base_env`). When given,
+    the verifier runs under `env -i` with exactly that environment, so nothing the agent
+    exported (PATH to a fake `python3` or `uvx`, PYTHONPATH, PYTEST_PLUGINS ...) reaches it —
+    the files and processes the agent left behind do, as in a harness that execs a new shell
+    into the same container. v1 tasks with `run_tests_in_same_shell` run in the agent's shell
+    as they ask.
+    """
     env = {"PYTEST_ADDOPTS": PYTEST_ADDOPTS, **dict(task.verifier.env)}
     if task.layout == "v1":
         env["TEST_DIR"] = TESTS_DIR
         script = f"{TESTS_DIR}/run-tests.sh"
     else:
         script = f"{TESTS_DIR}/{task.verifier.script.name}"
+    redirect = f"> {OUTPUT_PATH} 2>&1 < /dev/null"
+    same_shell = task.layout == "v1" and task.run_tests_in_same_shell
+    if base_env is not None and not same_shell:
+        env = {**base_env, **env}
+        assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        return f"(cd {shlex.quote(task.workdir)} && env -i {assigns} bash {script}) {redirect}"
     assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     run = f"env {assigns} bash {script}"
-    redirect = f"> {OUTPUT_PATH} 2>&1 < /dev/null"
-    if task.layout == "v1" and task.run_tests_in_same_shell:
+    if same_shell:
         return f"{run} {redirect}"
     return f"(cd {shlex.quote(task.workdir)} && {run}) {redirect}"
 
@@ -284,7 +297,7 @@ def score_in_sandbox(task: Task, sandbox, timeout: float | None = None) -> Verif
     timeout = timeout or task.verifier_timeout_s
     try:
         copy_tests_in(task, sandbox)
-        r = sandbox.exec(verifier_command(task), timeout=timeout)
+        r = sandbox.exec(verifier_command(task, getattr(sandbox, "base_env", None)), timeout=timeout)
     except Exception as e:  # the sandbox died or refused: a verifier error, not a crash
         return VerifierResult(error=f"verifier could not run: {e}", seconds=time.monotonic() - t0)
     files = _fetch(

@@ -10,6 +10,7 @@ the example verifiers install uv and pytest the way Terminal-Bench tasks do.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -217,3 +218,28 @@ def test_tests_arrive_only_with_the_verifier():
 def test_apptainer_without_the_binary_is_a_clear_row_error():
     row = run_task(load_task(TASKS / "word-frequency"), backend="apptainer")
     assert "apptainer is not installed" in row["error"] and row["total"] == 0
+
+
+@pytest.mark.integration
+@requires_bwrap
+def test_agent_exports_do_not_reach_the_verifier(tmp_path):
+    """An exported PATH with a fake `curl` (whose "uv installer" plants a `uvx` that passes
+    everything) must not fool the verifier: it runs under the sandbox's starting environment.
+    Files and processes the agent left behind still reach it, as in any harness."""
+    from t1.oracle import open_task_sandbox
+    from t1.verifier import score_in_sandbox
+
+    task = load_task(TASKS / "stats-debug")
+    fake_uvx = "#!/bin/sh\nexit 0\n"
+    installer = (
+        "mkdir -p $HOME/.local/bin; printf %s " + shlex.quote(fake_uvx) + " > $HOME/.local/bin/uvx;"
+        " chmod +x $HOME/.local/bin/uvx; echo 'export PATH=$HOME/.local/bin:$PATH' > $HOME/.local/bin/env"
+    )
+    fake_curl = "#!/bin/sh\necho " + shlex.quote(installer) + "\n"
+    with open_task_sandbox(task) as sb:
+        sb.exec(f"mkdir -p /tmp/evil && printf %s {shlex.quote(fake_curl)} > /tmp/evil/curl && chmod +x /tmp/evil/curl")
+        sb.exec("export PATH=/tmp/evil:$PATH")
+        assert sb.exec("command -v curl").output.strip() == "/tmp/evil/curl"
+        result = score_in_sandbox(task, sb)
+    assert result.source == "junit" and result.total > 1
+    assert not result.resolved

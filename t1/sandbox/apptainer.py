@@ -210,6 +210,7 @@ class ApptainerSandbox:
         self.host_workdir: Path | None = None
         self.logs_dir: Path | None = None
         self.notes: list[str] = []
+        self.base_env: dict[str, str] | None = None  # the instance shell's starting environment
         self._started = False
 
     def _binds(self, prov_root: Path | None) -> list[tuple[Path, str, bool]]:
@@ -243,7 +244,7 @@ class ApptainerSandbox:
         if prov is None:
             self.notes.append(provision.missing_note(spec.provision))
             log.info(self.notes[-1])
-        env = sandbox_env(spec, {}, prov.env(network=spec.network) if prov else {})
+        env = self.base_env = sandbox_env(spec, {}, prov.env(network=spec.network) if prov else {})
         image = spec.image or "docker://debian:bookworm-slim"
         if image.startswith("docker://"):
             image = str(ensure_image(docker_image=image))

@@ -244,6 +244,11 @@ class BwrapSandbox:
         self.notes: list[str] = []
         self._own_workdir = False
 
+    @property
+    def base_env(self) -> dict[str, str] | None:
+        """The environment the sandbox shell started with (the verifier runs under it)."""
+        return dict(self.plan.env) if self.plan is not None and self.plan.env else None
+
     # -- paths the caller may read after the run --------------------------------------------
 
     @property
