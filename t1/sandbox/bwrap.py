@@ -399,9 +399,16 @@ class BwrapSandbox:
         tmp = self.plan.stage / ("put-" + os.urandom(4).hex())
         _copy(src, tmp)
         q = shlex.quote
+        staged = f"{STAGE_INSIDE}/{tmp.name}"
+        if src.is_dir():  # dst becomes a copy of the directory (merged into one that exists)
+            copy = f"command mkdir -p {q(dst)} && command cp -a {staged}/. {q(dst)}/"
+        else:  # a file lands at dst, or inside dst under its own name if dst is a directory
+            copy = (
+                f"command mkdir -p {q(str(Path(dst).parent))} && if [ -d {q(dst)} ]; then "
+                f"command cp -a {staged} {q(dst)}/{q(src.name)}; else command cp -a {staged} {q(dst)}; fi"
+            )
         r = self.exec(
-            f"command mkdir -p {q(str(Path(dst).parent))} && command cp -a {STAGE_INSIDE}/{tmp.name} {q(dst)}; "
-            f"__t1_rc=$?; command rm -rf {STAGE_INSIDE}/{tmp.name}; (exit $__t1_rc)",
+            f"{copy}; __t1_rc=$?; command rm -rf {staged}; (exit $__t1_rc)",
             timeout=300,
         )
         if r.exit_code != 0:
