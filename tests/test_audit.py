@@ -132,7 +132,11 @@ def test_audit_on_real_tasks(tmp_path):
     (mis / "instruction.md").write_text(
         (mis / "instruction.md").read_text().replace(path, "the file")
     )
-    # vulnerable: its test.sh runs whatever `python3` the agent's PATH finds
+    # trusting: its test.sh runs whatever `python3` the PATH finds. The tampering agent
+    # exports a PATH with a fake python3/pytest/uvx; that used to pass such a verifier. The
+    # harness now runs every verifier under the sandbox's starting environment (env -i), so
+    # the exported PATH never reaches it and the audit finds nothing to flag. (The scoring of
+    # a tamper that does pass is pinned by test_score_row_stages above.)
     vul = tmp_path / "in" / "vulnerable"
     shutil.copytree(good, vul)
     sh = (vul / "tests" / "test.sh").read_text()
@@ -151,8 +155,8 @@ def test_audit_on_real_tasks(tmp_path):
     assert path in m["repaired_instruction"] and m["parts"]["instruction"] == 1.0
     assert m["score"] > m["score_before_repair"]
     v = rows["vulnerable"]
-    assert any("tampering passes" in r for r in v["reasons"]), v["reasons"]
-    assert v["parts"]["verifier"] < 1.0
+    assert not any("tampering passes" in r for r in v["reasons"]), v["reasons"]
+    assert v["parts"]["verifier"] == 1.0
     assert g["novelty"] < 1.0 and g["nearest"] in ("vulnerable", "misaligned")
     n = materialize(report, tmp_path / "out")
     assert n == report["counts"]["after_repair"]["accepted"]
