@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import datetime as dt
 import fcntl
 import json
 import os
@@ -71,6 +70,7 @@ from typing import Any
 
 import yaml
 
+from t1 import slurm_job
 from t1.incidents import IncidentLog
 
 EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_REQUEUE = 0, 1, 2, 75
@@ -281,20 +281,6 @@ class _Child:
     def signal_leader(self, sig: int) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(sig)
-
-
-def slurm_deadline() -> float | None:
-    """End of this Slurm job's time limit (Unix seconds), or None outside Slurm / unlimited."""
-    job = os.environ.get("SLURM_JOB_ID")
-    if not job:
-        return None
-    try:
-        out = subprocess.run(
-            ["squeue", "-h", "-j", job, "-o", "%e"], capture_output=True, text=True, timeout=20
-        ).stdout.strip()
-        return dt.datetime.fromisoformat(out).timestamp()
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return None
 
 
 class Supervisor:
@@ -554,7 +540,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--requeue",
         action="store_true",
-        help="on a stop inside Slurm, `scontrol requeue` this job before exiting 75",
+        help="after a stop of our own inside Slurm (deadline, SIGUSR2, a child's exit 75),"
+        " `scontrol requeue` this job before exiting 75 (see t1.slurm_job)",
     )
     for f in fields(Policy):
         parser.add_argument(
@@ -591,7 +578,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"t1 supervise: {e}", file=sys.stderr)
         return EXIT_USAGE
     if args.deadline == "slurm":
-        end = slurm_deadline()
+        end = slurm_job.deadline()
         deadline = end - policy.stop_margin_s if end else None
     elif args.deadline == "none":
         deadline = None
@@ -606,7 +593,6 @@ def main(args: argparse.Namespace) -> int:
             f"will stop at {time.ctime(deadline)} (time limit minus {policy.stop_margin_s:.0f} s)"
         )
     code = sup.run()
-    job = os.environ.get("SLURM_JOB_ID")
-    if code == EXIT_REQUEUE and args.requeue and job:
-        subprocess.run(["scontrol", "requeue", job], check=False)
+    if code == EXIT_REQUEUE and args.requeue:
+        sup.say(slurm_job.requeue(sup.stop_reason))
     return code

@@ -353,3 +353,35 @@ def test_second_supervisor_on_a_workdir_waits_for_the_first(tmp_path, trainer):
     assert rc == EXIT_DONE and "resume at 15" in out, out  # ran only after the first finished
     wait = read_incidents(wd / "incidents.jsonl")[0]
     assert wait["kind"] == "lock_wait" and f'"pid": {first.pid}' in wait["holder"]
+
+
+@pytest.mark.parametrize(
+    "stop, requeued",
+    [("SIGUSR2", True), ("deadline", True), ("SIGTERM", False), ("SIGINT", False)],
+)
+def test_requeue_only_after_a_stop_of_our_own(tmp_path, trainer, stop, requeued):
+    """Inside Slurm with --requeue, the job requeues itself after its own deadline or SIGUSR2;
+    after SIGTERM (`scontrol requeue`, preemption, scancel) it leaves that to Slurm or the
+    user: a second requeue can land on the job's next run (t1/slurm_job.py)."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "scontrol.calls"
+    bin_dir.mkdir()
+    fake = bin_dir / "scontrol"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    fake.chmod(0o755)
+    wd, root = tmp_path / "wd", tmp_path / "ckpt"
+    env = {"STEP_S": "0.05", "SLURM_JOB_ID": "4242", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    flags = ["--backoff-s", "0.05", "--kill-grace-s", "1", "--requeue"]
+    flags += ["--deadline", "2.0" if stop == "deadline" else "none"]
+    p = supervise("--workdir", str(wd), *flags, "--", *trainer, str(root), "1000", env=env)
+    if stop != "deadline":
+        wait_for_progress(root, 2)
+        p.send_signal(getattr(signal, stop))
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == EXIT_REQUEUE, out
+    assert latest_complete(root).step < 1000
+    if requeued:
+        assert calls.read_text().split() == ["requeue", "4242"], out
+        assert "requeued job 4242" in out
+    else:
+        assert not calls.exists(), calls.read_text()
+        assert f"stopped by {stop}" in out
