@@ -1,7 +1,7 @@
 """`t1 audit DIR`: score tasks with the paper's audit weights, select, repair instructions.
 
     t1 audit results/synth/tasks --json results/synth/audit.json --jobs 2
-    t1 audit examples/tasks --out results/audited        # accepted tasks copied, repaired
+    t1 audit workflow/tasks --out results/audited        # accepted tasks copied, repaired
 
 Weights (DESIGN §2): verifier 45%, solution 25%, instruction 20%, task value 10%.
 * verifier: the reference resolves the task (a gate: without it the task is rejected); the

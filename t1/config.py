@@ -45,8 +45,8 @@ class RunConfig:
 class TasksConfig:
     """Where tasks come from (t1.tasks)."""
 
-    train_dirs: list[str] = field(default_factory=lambda: ["examples/tasks"])
-    eval_dirs: list[str] = field(default_factory=lambda: ["examples/tasks"])
+    train_dirs: list[str] = field(default_factory=lambda: ["workflow/tasks"])
+    eval_dirs: list[str] = field(default_factory=lambda: ["workflow/tasks"])
     env_cache: str = "~/.cache/t1/env"  # built task environments (bwrap), keyed by content hash
 
 

@@ -1,8 +1,8 @@
 """`t1 oracle`: run each task's reference solution (or nothing) in a fresh sandbox, then its verifier.
 
-    t1 oracle examples/tasks                          # every task resolved, exit 0
-    t1 oracle examples/tasks --agent noop --json noop.json
-    t1 oracle examples/broken                         # each row says what broke, exit 1
+    t1 oracle workflow/tasks                          # every task resolved, exit 0
+    t1 oracle workflow/tasks --agent noop --json noop.json
+    t1 oracle tests/data/broken-tasks                         # each row says what broke, exit 1
 
 Each TASK_DIR is a task directory or a directory of tasks. Per task: build its environment
 (t1.sandbox.envbuild, cached by content hash) when its Dockerfile has more than FROM/WORKDIR,

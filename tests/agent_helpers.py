@@ -25,7 +25,7 @@ from t1.policy import build_policy, save_policy
 from t1.tasks.model import Task
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLES = REPO / "examples" / "tasks"
+EXAMPLES = REPO / "workflow" / "tasks"
 
 _CACHE: dict[tuple, torch.nn.Module] = {}
 

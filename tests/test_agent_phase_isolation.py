@@ -15,7 +15,7 @@ from conftest import requires_bwrap
 from t1.oracle import open_task_sandbox
 from t1.tasks import load_task
 
-TASKS = Path(__file__).resolve().parents[1] / "examples" / "tasks"
+TASKS = Path(__file__).resolve().parents[1] / "workflow" / "tasks"
 
 
 @pytest.mark.integration

@@ -32,8 +32,8 @@ from t1.tasks import find_tasks, load_task
 from t1.verifier import score_in_sandbox
 
 REPO = Path(__file__).resolve().parents[1]
-TASKS = REPO / "examples" / "tasks"
-BROKEN = REPO / "examples" / "broken"
+TASKS = REPO / "workflow" / "tasks"
+BROKEN = REPO / "tests" / "data" / "broken-tasks"
 SPEC = RewardSpec(kind="dense", scale=10.0)
 
 

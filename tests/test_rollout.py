@@ -2,7 +2,7 @@
 
     pytest tests/test_rollout.py -m integration
 
-One module-scoped rollout (a real `t1 rollout` subprocess over examples/tasks: 20 launched,
+One module-scoped rollout (a real `t1 rollout` subprocess over workflow/tasks: 20 launched,
 16 admitted) feeds the checks of issue 3's acceptance: trajectories on disk with their schema
 version, the dropped tail recorded, `t1 tito-audit` with drift 0, and the replay check (the
 fp32 policy replaying the bf16 engine's routing reproduces its expert choices and logprobs).

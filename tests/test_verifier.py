@@ -208,13 +208,13 @@ def test_bad_reward_files(text, kind):
 
 
 def test_verifier_commands_follow_each_harness():
-    v1 = verifier_command(load_task(REPO / "examples/tasks/static-site-server"))
+    v1 = verifier_command(load_task(REPO / "workflow/tasks/static-site-server"))
     assert (
         v1.startswith("(cd /app && env PYTEST_ADDOPTS=")
         and "TEST_DIR=/tests bash /tests/run-tests.sh)" in v1
     )
     assert v1.endswith("> /logs/verifier/test-output.txt 2>&1 < /dev/null")
-    v2 = verifier_command(load_task(REPO / "examples/tasks/csv-summary"))
+    v2 = verifier_command(load_task(REPO / "workflow/tasks/csv-summary"))
     assert "TEST_DIR" not in v2 and "bash /tests/test.sh" in v2
     assert "--junitxml=/logs/verifier/junit.xml" in v2 and "-rA" in v2
 
@@ -223,7 +223,7 @@ def test_v1_same_shell_runs_where_the_agent_left_off(tmp_path):
     import shutil
 
     task_dir = tmp_path / "word-frequency"
-    shutil.copytree(REPO / "examples/tasks/word-frequency", task_dir)
+    shutil.copytree(REPO / "workflow/tasks/word-frequency", task_dir)
     text = (
         (task_dir / "task.yaml")
         .read_text()

@@ -2,7 +2,7 @@
 
     python -m t1.bench.critic --config results/tiny/config.yaml \\
         --sft results/tiny/sft/model --critic results/tiny/critic/warmup \\
-        --tokenizer results/tiny/tokenizer --tasks examples/tasks \\
+        --tokenizer results/tiny/tokenizer --tasks workflow/tasks \\
         --generate 8 --work /tmp/t1-bench-critic \\
         --json /tmp/t1-bench-critic/critic.json --plot /tmp/t1-bench-critic/critic_ev.png
     python -m t1.bench.critic --config ... --sft ... --critic ... --rollouts DIR [DIR ...] \\
@@ -397,7 +397,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", help="tokenizer DIR")
     parser.add_argument("--rollouts", nargs="+", help="one rollout DIR per step (fixed batches)")
     parser.add_argument("--generate", type=int, default=8, help="batches to generate (8)")
-    parser.add_argument("--tasks", nargs="+", default=["examples/tasks"], help="rollout tasks")
+    parser.add_argument("--tasks", nargs="+", default=["workflow/tasks"], help="rollout tasks")
     parser.add_argument("--seed-base", type=int, default=1000, help="batch i: seed BASE+i")
     parser.add_argument("--work", default="/tmp/t1-bench-critic", help="work directory")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (<= run.threads)")

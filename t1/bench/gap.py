@@ -353,7 +353,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-new-tokens", type=int, default=64, help="per turn (default 64)")
     parser.add_argument("--max-turns", type=int, default=4, help="per trajectory (default 4)")
-    parser.add_argument("--tasks", nargs="+", default=["examples/tasks"], help="task dirs")
+    parser.add_argument("--tasks", nargs="+", default=["workflow/tasks"], help="task dirs")
     parser.add_argument("--save-policy", help="also save the (warm-started) policy here")
     parser.add_argument("--save-rollout", help="also write the sampled trajectories here")
     parser.add_argument("--json", help="write the figures here")

@@ -1,7 +1,7 @@
 """`t1 synth`: recursive verified task synthesis (RST) into the v2 (Harbor) layout.
 
     t1 synth --rounds 5 --out results/synth --per-round 48 --jobs 2
-    t1 synth --rounds 2 --out DIR --seeds examples/tasks          # extend existing v2 tasks
+    t1 synth --rounds 2 --out DIR --seeds workflow/tasks          # extend existing v2 tasks
     t1 synth --rounds 2 --out DIR --llm-url http://127.0.0.1:8000 --llm-api openai
     t1 synth --rounds 3 --out DIR --executor slurm --jobs 16      # validation as Slurm arrays
     t1 synth --config workflow/config/tiny.yaml --out DIR         # rounds/per_round/... from synth:

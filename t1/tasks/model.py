@@ -1,7 +1,7 @@
 """The `Task` record: one Terminal-Bench task, whichever layout it came from.
 
     from t1.tasks import load_task
-    task = load_task("examples/tasks/csv-summary")
+    task = load_task("workflow/tasks/csv-summary")
     task.instruction, task.workdir, task.verifier.script
 
 Both layouts (v1 `task.yaml`, v2/Harbor `task.toml`) load into the same frozen record; see

@@ -43,9 +43,9 @@ def cluster_problem() -> str | None:
 
 
 def workflow_copy(root: Path) -> Path:
-    """Snakefile, workflow/, profiles/, examples/ copied to root; results go to root/results."""
+    """Snakefile, workflow/ (with its seed tasks), profiles/ copied to root; results go to root/results."""
     shutil.copy(REPO / "Snakefile", root)
-    for d in ("workflow", "profiles", "examples"):
+    for d in ("workflow", "profiles"):
         shutil.copytree(REPO / d, root / d)
     return root
 

@@ -77,7 +77,7 @@ def test_render_replaces_atomically(tmp_path, child):
 
 
 def test_foreign_seed_is_extended(tmp_path, repo_root):
-    src = repo_root / "examples" / "tasks" / "csv-summary"
+    src = repo_root / "workflow" / "tasks" / "csv-summary"
     if not src.is_dir():
         pytest.skip("example task csv-summary is not in this checkout")
     seed = draft.load_draft(src)
@@ -93,7 +93,7 @@ def test_foreign_seed_is_extended(tmp_path, repo_root):
 
 
 def test_foreign_seed_refusals(tmp_path, repo_root):
-    src = repo_root / "examples" / "tasks" / "csv-summary"
+    src = repo_root / "workflow" / "tasks" / "csv-summary"
     if not src.is_dir():
         pytest.skip("example task csv-summary is not in this checkout")
     bad = tmp_path / "bad"

@@ -109,7 +109,7 @@ def test_model_candidates_go_through_the_same_validation(tmp_path):
 def test_foreign_seeds_are_extended(tmp_path, repo_root):
     """A v2 task that is not ours (the csv-summary example) seeds the loop: it is validated
     as round 0 and extended in round 1; tasks that cannot be extended are skipped with a reason."""
-    src = repo_root / "examples" / "tasks" / "csv-summary"
+    src = repo_root / "workflow" / "tasks" / "csv-summary"
     if not src.is_dir():
         pytest.skip("example task csv-summary is not in this checkout")
     seeds = tmp_path / "seeds"

@@ -14,8 +14,8 @@ import pytest
 from t1.tasks import TaskError, check_task, dockerfile_workdir, find_tasks, load_task
 
 REPO = Path(__file__).resolve().parents[2]
-TASKS = REPO / "examples" / "tasks"
-BROKEN = REPO / "examples" / "broken"
+TASKS = REPO / "workflow" / "tasks"
+BROKEN = REPO / "tests" / "data" / "broken-tasks"
 VALID = sorted(p.name for p in TASKS.iterdir() if p.is_dir())
 
 

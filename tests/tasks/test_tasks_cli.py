@@ -13,12 +13,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_check_valid_examples_exits_zero(capsys):
-    assert main(["tasks", "check", str(REPO / "examples" / "tasks")]) == 0
+    assert main(["tasks", "check", str(REPO / "workflow" / "tasks")]) == 0
     assert "FAIL" not in capsys.readouterr().out
 
 
 def test_check_broken_lists_every_problem_and_exits_one(capsys):
-    assert main(["tasks", "check", str(REPO / "examples" / "broken")]) == 1
+    assert main(["tasks", "check", str(REPO / "tests" / "data" / "broken-tasks")]) == 1
     out = capsys.readouterr().out
     assert "FAIL " in out and "ok   " in out  # the runtime-broken ones load fine
     assert "bad-fields/task.yaml: max_agent_timeout_sec: must be a positive number" in out
