@@ -123,3 +123,13 @@ def check_finished_campaign(
         assert any(e.get("actor_updated") for e in ppo_steps), "no PPO step updated the actor"
     for stage in ("sft", "ppo"):
         assert (run_dir / "eval" / stage / "eval.json").is_file(), f"eval of {stage} missing"
+
+
+def check_synthesized_pool(wf: Path, run: str) -> dict:
+    """The train pool holds tasks t1 synth validated and t1 audit accepted beside the seeds."""
+    manifest = json.loads((wf / "results" / run / "pool/train/manifest.json").read_text())
+    synth = wf / "results" / run / "tasks"
+    from_synth = [t for t in manifest["tasks"] if str(synth) in t["source"]]
+    assert manifest["status"] == "complete" and from_synth, manifest["counts"]
+    assert all(t["audited"] for t in from_synth), from_synth
+    return manifest

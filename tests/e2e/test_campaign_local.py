@@ -10,7 +10,14 @@ included) and profiles/ under a temporary directory, so the developer's results/
 from __future__ import annotations
 
 import pytest
-from e2e_helpers import REPO, check_finished_campaign, snakemake, tail, workflow_copy
+from e2e_helpers import (
+    REPO,
+    check_finished_campaign,
+    check_synthesized_pool,
+    snakemake,
+    tail,
+    workflow_copy,
+)
 
 from t1.config import load_config
 
@@ -35,5 +42,8 @@ def test_local_campaign_dense_finishes_with_report_and_metrics(tmp_path):
         tiny.campaign.steps_per_segment,
         tiny.critic_warmup.recalibration_rollouts,
     )
+    if tiny.campaign.synthesize:
+        counts = check_synthesized_pool(wf, tiny.run.name)["counts"]
+        print(f"[e2e] train pool: {counts}")
     rerun, _ = snakemake(wf, "--profile", "profiles/local", "-n", "campaign_dense", timeout=300)
     assert rerun.returncode == 0 and "Nothing to be done" in rerun.stdout, tail(rerun)
