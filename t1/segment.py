@@ -75,6 +75,15 @@ def epoch_order(tasks: list[str], seed: int, epoch: int) -> list[str]:
     return random.Random(f"t1-pool:{seed}:{epoch}").sample(tasks, len(tasks))
 
 
+def t1_command() -> list[str]:
+    """How to run `t1` from here: this interpreter's own `t1` (a venv's bin/ need not be on
+    PATH: `.venv/bin/t1 segment ...` works unactivated), else `python -m t1.cli`."""
+    sibling = Path(sys.executable).with_name("t1")
+    if sibling.is_file() and os.access(sibling, os.X_OK):
+        return [str(sibling)]
+    return [sys.executable, "-m", "t1.cli"]
+
+
 def step_commands(
     cfg_path: str,
     prev: Path,
@@ -97,6 +106,7 @@ def step_commands(
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)  # --out's folder need not exist yet
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
         json.dump(data, f, indent=1)
@@ -215,7 +225,8 @@ class Driver:
             return EXIT_REQUEUE
         print(f"$ {' '.join(cmd)}", flush=True)
         heartbeat()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        argv = t1_command() + cmd[1:] if cmd[:1] == ["t1"] else cmd
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert proc.stdout is not None
         os.set_blocking(proc.stdout.fileno(), False)
         forwarded = False
