@@ -6,8 +6,6 @@ The README's test command runs every tier (CI brings up bubblewrap and the local
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
@@ -18,8 +16,3 @@ def repo_root():
     return REPO
 
 
-def have_bwrap() -> bool:
-    return shutil.which("bwrap") is not None
-
-
-requires_bwrap = pytest.mark.skipif(not have_bwrap(), reason="bubblewrap (bwrap) is not installed")

@@ -7,7 +7,7 @@ import random
 import shutil
 
 import pytest
-from conftest import requires_bwrap
+from markers import requires_bwrap
 
 from t1.audit import (
     ACCEPT,
