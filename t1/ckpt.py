@@ -1,6 +1,7 @@
 """Atomic checkpoints: a checkpoint either exists whole and verified, or it does not count.
 
-    from t1.ckpt import CheckpointManager, capture_rng, latest_complete
+    from t1.ckpt import CheckpointManager, latest_complete
+    from t1.rng import capture_rng
     mgr = CheckpointManager("results/tiny/ppo/ckpt", keep=3)
     mgr.save(step, {
         "actor": actor.state_dict(), "critic": critic.state_dict(),    # -> safetensors
@@ -46,7 +47,6 @@ import hashlib
 import json
 import logging
 import os
-import random
 import re
 import secrets
 import shutil
@@ -544,49 +544,6 @@ class CheckpointManager:
             with self._cond:
                 self._done = target
                 self._cond.notify_all()
-
-
-# ----------------------------------------------------------------------------- RNG states
-
-
-def capture_rng() -> dict[str, Any]:
-    """Python, NumPy (if installed) and torch CPU/CUDA generator states, `torch`-format safe."""
-    import torch
-
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    try:
-        import numpy as np
-
-        kind, keys, pos, has_gauss, cached = np.random.get_state()
-        state["numpy"] = {
-            "kind": kind,
-            "keys": torch.from_numpy(keys.astype("int64")),
-            "pos": int(pos),
-            "has_gauss": int(has_gauss),
-            "cached": float(cached),
-        }
-    except ImportError:
-        pass
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng(state: Mapping[str, Any]) -> None:
-    """Inverse of `capture_rng`."""
-    import torch
-
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    torch.set_rng_state(state["torch"])
-    if "numpy" in state:
-        import numpy as np
-
-        s = state["numpy"]
-        keys = s["keys"].numpy().astype("uint32")
-        np.random.set_state((s["kind"], keys, s["pos"], s["has_gauss"], s["cached"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 # ----------------------------------------------------------------------------- CLI

@@ -23,16 +23,15 @@ from t1.ckpt import (
     MANIFEST,
     MARKER,
     CheckpointManager,
-    capture_rng,
     check,
     format_of,
     latest_complete,
     list_step_dirs,
     prune,
-    restore_rng,
     write_checkpoint,
 )
 from t1.incidents import read_incidents
+from t1.rng import capture_rng, restore_rng
 
 REPO = Path(__file__).resolve().parents[1]
 

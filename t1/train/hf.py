@@ -24,20 +24,19 @@ Call `calls = []` on the trainer to record the order of its public calls (tests 
 from __future__ import annotations
 
 import contextlib
-import random
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from t1.rng import capture_rng, restore_rng
 from t1.routing import replay as routing_replay
 from t1.train.batch import Batch
 from t1.train.protocol import ActorOutput, LossFn
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: rng from t1.rng (CUDA generators included)
 
 
 def token_logp(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -212,12 +211,7 @@ class HFTrainer:
             "critic": sd(self.critic),
             "actor_optim": sd(self.actor_opt),
             "critic_optim": sd(self.critic_opt),
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "numpy": np.random.get_state(),
-                "python": random.getstate(),
-                "generator": self.generator.get_state(),
-            },
+            "rng": {**capture_rng(), "generator": self.generator.get_state()},
             "counters": dict(self.counters),
         }
 
@@ -235,11 +229,8 @@ class HFTrainer:
                 )
             if target is not None:
                 target.load_state_dict(saved)
-        rng = state["rng"]
-        torch.set_rng_state(rng["torch"])
-        np.random.set_state(rng["numpy"])
-        random.setstate(rng["python"])
-        self.generator.set_state(rng["generator"])
+        restore_rng(state["rng"])
+        self.generator.set_state(state["rng"]["generator"])
         self.counters = dict(state["counters"])
 
     def save_weights(self, out_dir: str | Path, actor: bool = True, critic: bool = True) -> None:
