@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 from agent_helpers import example_tasks, random_policy, tool_tag_policy
-from markers import requires_bwrap
+from shared_fixtures import requires_bwrap
 
 from t1 import chat
 from t1.agent import AgentOptions, run_agent, system_prompt_for

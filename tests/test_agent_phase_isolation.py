@@ -10,7 +10,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from markers import requires_bwrap
+from shared_fixtures import requires_bwrap
 
 from t1.oracle import open_task_sandbox
 from t1.tasks import load_task

@@ -7,7 +7,7 @@ import random
 import shutil
 
 import pytest
-from markers import requires_bwrap
+from shared_fixtures import requires_bwrap
 
 from t1.audit import (
     ACCEPT,

@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from markers import requires_bwrap
+from shared_fixtures import requires_bwrap
 
 from t1.cli import main
 from t1.oracle import (

@@ -19,7 +19,7 @@ import sys
 import pytest
 import torch
 from agent_helpers import EXAMPLES, REPO, example_tasks, random_policy, save_tool_tag_policy
-from markers import requires_bwrap
+from shared_fixtures import requires_bwrap
 
 from t1.bench.gap import replay_check
 from t1.config import load_config

@@ -21,27 +21,6 @@ ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 FEWER_STEPS = Path(__file__).resolve().parent / "fewer_steps.yaml"
 
 
-def cluster_problem() -> str | None:
-    """Why the local Slurm (.ci/slurm/up.sh) cannot run the test, or None when it can."""
-    for tool in ("sbatch", "sacct", "scontrol", "sinfo"):
-        if shutil.which(tool) is None:
-            return f"{tool} not installed"
-    try:
-        state = subprocess.run(
-            ["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=10
-        )
-        acct = subprocess.run(
-            ["sacct", "-n", "-X", "-S", "now-1minutes"], capture_output=True, text=True, timeout=10
-        )
-    except subprocess.TimeoutExpired:
-        return "Slurm does not answer"
-    if state.returncode or not re.search(r"idle|mixed|alloc", state.stdout):
-        return f"no usable node (sinfo: {state.stdout.strip() or state.stderr.strip()})"
-    if acct.returncode:
-        return f"sacct does not answer ({acct.stderr.strip()})"
-    return None
-
-
 def workflow_copy(root: Path) -> Path:
     """Snakefile, workflow/ (with its seed tasks), profiles/ copied to root; results go to root/results."""
     shutil.copy(REPO / "Snakefile", root)

@@ -23,7 +23,6 @@ import yaml
 from e2e_helpers import (
     FEWER_STEPS,
     check_finished_campaign,
-    cluster_problem,
     declared_local_rules,
     planned_jobs,
     ran_locally,
@@ -31,8 +30,9 @@ from e2e_helpers import (
     tail,
     workflow_copy,
 )
+from shared_fixtures import slurm_problem
 
-_problem = cluster_problem()
+_problem = slurm_problem()
 pytestmark = [
     pytest.mark.e2e,
     # the whole campaign; pyproject's default (900 s) is for single tests

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -13,6 +10,7 @@ import urllib.request
 import numpy as np
 import pytest
 import torch
+from shared_fixtures import t1_serve
 
 from t1.config import ModelConfig
 from t1.engine.base import GenerateRequest, SamplingParams
@@ -29,37 +27,10 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("serve")
     save_policy(build_policy(ModelConfig(), VOCAB, seed=0), root / "p0")
     save_policy(build_policy(ModelConfig(), VOCAB, seed=1), root / "p1")
-    cfg = root / "c.yaml"
-    cfg.write_text("run: {threads: 1}\nengine: {dtype: float32, max_batch: 4}\n")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "t1.cli",
-            "serve",
-            "--config",
-            str(cfg),
-            "--model",
-            str(root / "p0"),
-            "--port",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    line = proc.stdout.readline()
-    if not line:
-        proc.kill()
-        pytest.fail(f"t1 serve did not start: {proc.stderr.read()[-2000:]}")
-    url = json.loads(line)["url"]
-    yield url, root
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with t1_serve(
+        root / "p0", "run: {threads: 1}\nengine: {dtype: float32, max_batch: 4}\n", root
+    ) as url:
+        yield url, root
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from markers import requires_bwrap
+from shared_fixtures import requires_bwrap
 
 from t1.sandbox import SandboxSpec, open_sandbox
 

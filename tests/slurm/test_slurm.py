@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from shared_fixtures import slurm_problem
 
 from t1.ckpt import latest_complete
 from t1.incidents import read_incidents
@@ -28,27 +28,7 @@ BIN = Path(sys.executable).parent
 ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 
 
-def _cluster_problem() -> str | None:
-    for tool in ("sbatch", "sacct", "scontrol", "sinfo"):
-        if shutil.which(tool) is None:
-            return f"{tool} not installed"
-    try:
-        state = subprocess.run(
-            ["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=10
-        )
-        acct = subprocess.run(
-            ["sacct", "-n", "-X", "-S", "now-1minutes"], capture_output=True, text=True, timeout=10
-        )
-    except subprocess.TimeoutExpired:
-        return "Slurm does not answer"
-    if state.returncode or not re.search(r"idle|mixed|alloc", state.stdout):
-        return f"no usable node (sinfo: {state.stdout.strip() or state.stderr.strip()}); run .ci/slurm/up.sh"
-    if acct.returncode:
-        return f"sacct does not answer ({acct.stderr.strip()}); run .ci/slurm/up.sh"
-    return None
-
-
-_problem = _cluster_problem()
+_problem = slurm_problem()
 pytestmark = [
     pytest.mark.slurm,
     pytest.mark.integration,

@@ -3,13 +3,10 @@ garbage): every candidate is rejected with a reason, and a synthesis run still c
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import subprocess
-import sys
 
 import pytest
+from shared_fixtures import t1_serve
 
 from t1.synth import draft
 from t1.synth.llm import LLMClient, LLMSynthesizer
@@ -28,36 +25,10 @@ def served(tmp_path_factory):
     tok = train_bpe(texts, vocab_size=600)
     tok.save_pretrained(root / "tok")
     save_policy(build_policy(ModelConfig(), len(tok), seed=0), root / "policy")
-    cfg = root / "c.yaml"
-    cfg.write_text("run: {threads: 1}\nengine: {dtype: float32, max_batch: 2}\n")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "t1.cli",
-            "serve",
-            "--config",
-            str(cfg),
-            "--model",
-            str(root / "policy"),
-            "--port",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    line = proc.stdout.readline()
-    if not line:
-        proc.kill()
-        pytest.fail(f"t1 serve did not start: {proc.stderr.read()[-2000:]}")
-    yield json.loads(line)["url"], root / "tok"
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with t1_serve(
+        root / "policy", "run: {threads: 1}\nengine: {dtype: float32, max_batch: 2}\n", root
+    ) as url:
+        yield url, root / "tok"
 
 
 def test_tiny_model_candidates_are_rejected_with_reasons(served):

@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from markers import requires_bwrap
+from shared_fixtures import requires_bwrap
 
 from t1.metrics_log import read_events
 from t1.oracle import run_task

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 import pytest
-from markers import requires_bwrap
+from shared_fixtures import requires_bwrap
 
 from t1.synth import draft
 from t1.synth.steps import Step
