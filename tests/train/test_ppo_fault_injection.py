@@ -15,6 +15,7 @@ test_fault_injection.py does the same for 10 trials of `t1 train --stage sft`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -122,17 +123,22 @@ def _tree(pid: int) -> list[int]:
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
-    """SIGKILL the segment and everything under it at once: sandboxes, rollout, trainer."""
-    pids = _tree(proc.pid)
-    for p in pids:
-        try:
+    """SIGKILL the segment and everything under it at once: sandboxes, rollout, trainer.
+    The tree is frozen first (SIGSTOP until no new process appears), so nothing forked in
+    between escapes; the root is reaped only after, so no pid is reused meanwhile."""
+    frozen: set[int] = set()
+    while True:
+        new = [p for p in _tree(proc.pid) if p not in frozen]
+        if not new:
+            break
+        for p in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGSTOP)
+        frozen.update(new)
+    for p in frozen:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     proc.wait()
-    time.sleep(0.2)
-    for p in _tree(proc.pid)[1:]:  # nothing survives (re-parented orphans included)
-        os.kill(p, signal.SIGKILL)
 
 
 def _writing_checkpoint(run: Path) -> bool:
