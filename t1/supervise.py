@@ -18,6 +18,9 @@ workers. The supervisor starts each as its own process group, copies its output 
   or the Slurm time limit minus `stop_margin_s`, only set a flag; the loop then forwards each
   main child's `stop_signal` (default SIGUSR2) to it - the trainer checkpoints at its next
   safe point and exits - waits up to `stop_timeout_s`, then stops the services.
+  With `--requeue` inside Slurm the job then requeues itself, but only after a stop of its
+  own (deadline, SIGUSR2, a child's exit 75): after SIGTERM, Slurm or the user decides
+  (t1/slurm_job.py says why).
 
 Roles: `main` children do the work; the segment is done when all of them exit 0. `service`
 children (engines, workers) run until the mains are done and are restarted whenever they die.
