@@ -36,7 +36,8 @@ class RunConfig:
     name: str = "tiny"
     seed: int = 0
     results_dir: str = "results"
-    # Deterministic mode: seeded sampling, over-sampling admits in launch order, fixed threads.
+    # Deterministic mode: seeded sampling, over-sampling admits in launch order, fixed threads,
+    # batch-invariant decoding (the local engine decodes one request at a time).
     deterministic: bool = False
     threads: int = 2
 
@@ -189,6 +190,7 @@ class CriticWarmupConfig:
     epochs: int = 1
     batch: int = 4  # rows (TITO segments) per critic optimizer step
     recalibration_rollouts: int = 2  # critic-only PPO steps after loading warm-up weights
+    save_every: int = 50  # critic optimizer steps between resumable trainer.pt saves
 
 
 @dataclass(frozen=True)

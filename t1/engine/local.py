@@ -20,8 +20,8 @@ one worker thread that owns the model):
 Inference runs in `dtype` (bf16 by default, so numerics differ from the fp32 trainer as they
 do at scale). Sampling: temperature, top-p, per-request `torch.Generator` seeded from
 `SamplingParams.seed` (deterministic mode); logprob conventions in t1/engine/base.py. Decode
-numerics can depend on which requests share a batch: for bit-reproducible runs use
-`max_batch: 1`.
+numerics depend on which requests share a batch, so deterministic mode (`run.deterministic`)
+decodes one request at a time (`from_config`).
 """
 
 from __future__ import annotations
@@ -122,7 +122,11 @@ class LocalEngine:
 
     @classmethod
     def from_config(cls, cfg, model_dir: str | Path) -> LocalEngine:
-        """From a `t1.config.Config`: `engine:` section + `run.threads`."""
+        """From a `t1.config.Config`: `engine:` section + `run.threads`. Deterministic mode
+        (`run.deterministic`) decodes one request at a time: which requests share a decode
+        batch depends on timing, and the batch changes the numerics (measured: logprobs off by
+        up to 0.08 in bf16 and a different sampled token), as SGLang's
+        `--enable-deterministic-inference` exists to prevent."""
         e = cfg.engine
         return cls.from_dir(
             model_dir,
@@ -130,7 +134,7 @@ class LocalEngine:
             dtype=e.dtype,
             prefix_cache=e.prefix_cache,
             max_sessions=e.max_sessions,
-            max_batch=e.max_batch,
+            max_batch=1 if cfg.run.deterministic else e.max_batch,
         )
 
     # ------------------------------------------------------------ Engine protocol

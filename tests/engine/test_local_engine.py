@@ -265,3 +265,22 @@ def test_abort_mid_decode_keeps_the_session_cache_consistent(policy):
     ref = _engine(policy, prefix_cache=False).generate([GenerateRequest(nxt, GREEDY)])[0]
     assert again.output_ids == ref.output_ids
     assert np.array_equal(again.routing, ref.routing)
+
+
+def test_deterministic_mode_is_batch_invariant(policy, tmp_path):
+    """run.deterministic: a request's tokens, logprobs and routing are bit-identical whether
+    it is decoded alone or beside others (which requests share a batch depends on timing)."""
+    from t1.config import Config, EngineConfig, RunConfig
+
+    save_policy(policy, tmp_path / "p")
+    cfg = Config(run=RunConfig(deterministic=True, threads=2), engine=EngineConfig(max_batch=8))
+    eng = LocalEngine.from_config(cfg, tmp_path / "p")
+    assert eng.max_batch == 1
+    prompts = _prompts([7, 19, 11], seed=3)
+    params = [SamplingParams(temperature=1.0, max_new_tokens=20, seed=s) for s in (1, 2, 3)]
+    together = eng.generate([GenerateRequest(p, sp) for p, sp in zip(prompts, params, strict=True)])
+    for p, sp, t in zip(prompts, params, together, strict=True):
+        alone = eng.generate([GenerateRequest(p, sp)])[0]
+        assert alone.output_ids == t.output_ids
+        assert alone.output_logprobs == t.output_logprobs
+        assert np.array_equal(alone.routing, t.routing)
