@@ -38,7 +38,7 @@ def _config(tmp_path, **over):
         "engine": {"max_new_tokens": 6},
         "ppo": {"minibatch": 2, "actor_lr": 1e-3, "critic_lr": 1e-3},
         "sft": {"epochs": 2, "batch": 2, "save_every": 1, "lr": 1e-3},
-        "critic_warmup": {"batch": 2, "recalibration_rollouts": 1},
+        "critic_warmup": {"batch": 2, "recalibration_rollouts": 1, "save_every": 1},
     }
     for k, v in over.items():
         data[k].update(v)

@@ -129,15 +129,16 @@ TRAINER_IMAGE = conf("campaign.trainer_image")
 def split_dirs(wildcards):
     dirs = list(conf(f"tasks.{wildcards.split}_dirs"))
     if wildcards.split == "train" and conf("campaign.synthesize"):
-        # the tasks the audit accepted (instructions repaired)
-        dirs.append(f"{RESULTS}/{wildcards.run}/tasks/audit")
+        # the tasks the audit accepted (instructions repaired); synthesized once, under the
+        # dense run, and shared by its ablations (the binary run trains on the same pool)
+        dirs.append(f"{RESULTS}/{NAME}/tasks/audit")
     return " ".join(dirs)
 
 
 def split_inputs(wildcards):
     out = {"cfg": pinned(wildcards)}
     if wildcards.split == "train" and conf("campaign.synthesize"):
-        out["audit"] = f"{RESULTS}/{wildcards.run}/tasks/audit/audit.json"
+        out["audit"] = f"{RESULTS}/{NAME}/tasks/audit/audit.json"
     return out
 
 
