@@ -2,7 +2,7 @@
 
     t1 oracle workflow/tasks                          # every task resolved, exit 0
     t1 oracle workflow/tasks --agent noop --json noop.json
-    t1 oracle tests/data/broken-tasks                         # each row says what broke, exit 1
+    t1 oracle tests/data/broken-tasks                 # each row says what broke, exit 1
 
 Each TASK_DIR is a task directory or a directory of tasks. Per task: build its environment
 (t1.sandbox.envbuild, cached by content hash) when its Dockerfile has more than FROM/WORKDIR,

@@ -12,7 +12,7 @@
 
 Two arms start from one SFT policy (--sft, a `t1 train --stage sft` DIR) and run the same
 sequence of PPO steps, each step exactly what `t1 train --stage ppo` does (t1.train.ppo: its
-`_fresh` builds the trainer, `recalibrate` / `t1.train.step.ppo_step` do the step):
+`_fresh` builds the trainer, `campaign_step` does the step):
 
   warm  the critic loaded from --critic (a critic_warmup DIR); its first
         `critic_warmup.recalibration_rollouts` steps (2) update the critic only, then policy
@@ -184,9 +184,7 @@ def run_arm(arm: str, cfg, args: argparse.Namespace, batches: list[Any]) -> list
     import torch
 
     from t1.metrics_log import MetricsLog, read_events
-    from t1.train.critic_warmup import recalibrate
-    from t1.train.ppo import _fresh
-    from t1.train.step import ppo_step
+    from t1.train.ppo import _fresh, campaign_step
 
     torch.manual_seed(cfg.run.seed)  # as `t1 train` does before a stage
     critic_dir = args.critic if arm == "warm" else None
@@ -214,12 +212,7 @@ def run_arm(arm: str, cfg, args: argparse.Namespace, batches: list[Any]) -> list
         for step, batch in enumerate(batches):
             t0 = time.perf_counter()
             seen.clear()
-            if progress["recalibration_left"] > 0:
-                m = recalibrate(trainer, batch, cfg.ppo, progress["gap_ema"])
-                progress["recalibration_left"] -= 1
-            else:
-                m = ppo_step(trainer, batch, cfg.ppo, gap_ema=progress["gap_ema"])
-            progress["gap_ema"] = m["gap_ema"]
+            m = campaign_step(trainer, batch, cfg, progress)
             fields = {k: v for k, v in m.items() if not k.startswith("_")}
             fields.update(critic_start=arm, recalibration_left=progress["recalibration_left"])
             fields["v0"] = value_stats(seen[0], m["_returns"], batch.loss_mask)

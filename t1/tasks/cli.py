@@ -1,7 +1,7 @@
 """`t1 tasks check DIR...`: report every problem of each task directory, with file and field.
 
-    t1 tasks check workflow/tasks            exit 0: every task loads
-    t1 tasks check tests/data/broken-tasks           one line per problem, exit 1
+    t1 tasks check workflow/tasks             exit 0: every task loads
+    t1 tasks check tests/data/broken-tasks    one line per problem, exit 1
 
 Each DIR is a task directory or a directory of tasks (see `t1.tasks.load.find_tasks`).
 Exit codes: 0 no problem, 1 some task has a problem, 2 no task found.

@@ -1,6 +1,6 @@
 """Load Terminal-Bench task directories of both layouts into `Task` records, or list problems.
 
-    t1 tasks check workflow/tasks tests/data/broken-tasks     (the command; see t1/tasks/cli.py)
+    t1 tasks check workflow/tasks tests/data/broken-tasks   (the command: t1/tasks/cli.py)
 
     load_task(dir) -> Task            raises TaskError on the first problem
     check_task(dir) -> list[Problem]  every problem, each with file and field

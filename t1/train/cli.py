@@ -33,7 +33,8 @@
 
 Resumable: a DIR with DONE.json is left alone (exit 0); a DIR with a complete checkpoint under
 DIR/ckpt but no DONE.json continues from the newest one (sft saves every `sft.save_every`
-steps, critic warm-up every `critic_warmup.save_every`); otherwise the stage starts from --from. On SIGUSR2 / SIGTERM (t1 supervise, Slurm) sft and critic_warmup save a checkpoint
+steps, critic warm-up every `critic_warmup.save_every`); otherwise the stage starts from
+--from. On SIGUSR2 / SIGTERM (t1 supervise, Slurm) sft and critic_warmup save a checkpoint
 at the next optimizer-step boundary and exit 75; a ppo step (short) is finished first.
 Exit codes: 0 done (or --max-steps reached), 2 bad arguments/config, 3 input records missing,
 malformed or without a trainable trajectory, 75 stopped by a signal (rerun to resume).

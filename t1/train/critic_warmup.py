@@ -85,8 +85,8 @@ def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
 
         status = run_epochs(
             trainer, rows, cfg.critic_warmup.epochs, cfg.critic_warmup.batch,
-            lambda mb: trainer.critic_update(mb, warmup_loss), progress, out, cfg.critic_warmup.save_every,
-            on_step, stop, args.max_steps,
+            lambda mb: trainer.critic_update(mb, warmup_loss), progress, out,
+            cfg.critic_warmup.save_every, on_step, stop, args.max_steps,
         )  # fmt: skip
         if status == "stopped":
             return EXIT_REQUEUE

@@ -65,6 +65,19 @@ def _resumed(cfg: Config, source: Path, payload: dict[str, Any]):
     return trainer, dict(payload["progress"])
 
 
+def campaign_step(trainer, batch, cfg: Config, progress: dict[str, Any]) -> dict[str, Any]:
+    """One step of the campaign on `batch`: a critic-only re-calibration step while
+    `progress["recalibration_left"]` lasts (after loading warm-up weights), else a critic-first
+    PPO step. Updates `progress` (the countdown, the gap EMA); returns the step's metrics."""
+    if progress["recalibration_left"] > 0:
+        m = recalibrate(trainer, batch, cfg.ppo, progress["gap_ema"])
+        progress["recalibration_left"] -= 1
+    else:
+        m = ppo_step(trainer, batch, cfg.ppo, gap_ema=progress["gap_ema"])
+    progress["gap_ema"] = m["gap_ema"]
+    return m
+
+
 def _stage_of(path: Path) -> str | None:
     """The stage that wrote `path` (its DONE.json), None if it holds no finished stage."""
     done = path / "DONE.json"
@@ -104,12 +117,7 @@ def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
             metrics: dict[str, Any] = {"empty": True}
         else:
             batch = collate(rows)
-            if progress["recalibration_left"] > 0:
-                m = recalibrate(trainer, batch, cfg.ppo, progress["gap_ema"])
-                progress["recalibration_left"] -= 1
-            else:
-                m = ppo_step(trainer, batch, cfg.ppo, gap_ema=progress["gap_ema"])
-            progress["gap_ema"] = m["gap_ema"]
+            m = campaign_step(trainer, batch, cfg, progress)
             metrics = {k: v for k, v in m.items() if not k.startswith("_")}
             metrics.update(
                 stats,

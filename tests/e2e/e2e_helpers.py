@@ -22,7 +22,8 @@ FEWER_STEPS = Path(__file__).resolve().parent / "fewer_steps.yaml"
 
 
 def workflow_copy(root: Path) -> Path:
-    """Snakefile, workflow/ (with its seed tasks), profiles/ copied to root; results go to root/results."""
+    """Snakefile, workflow/ (seed tasks included) and profiles/ copied to root; results go to
+    root/results."""
     shutil.copy(REPO / "Snakefile", root)
     for d in ("workflow", "profiles"):
         shutil.copytree(REPO / d, root / d)

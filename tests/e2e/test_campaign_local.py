@@ -4,7 +4,8 @@ with the tiny config finishes and leaves results/<run>/report.md and per-step me
     .venv/bin/pytest tests/e2e/test_campaign_local.py -s -m e2e     # ~20 min on 2 cores
 
 Runs the real workflow in a copy of the repository's Snakefile, workflow/ (seed tasks
-included) and profiles/ under a temporary directory, so the developer's results/ is never touched.
+included) and profiles/ under a temporary directory, so the developer's results/ is never
+touched.
 """
 
 from __future__ import annotations
