@@ -201,7 +201,7 @@ class CampaignConfig:
     steps_per_segment: int = 2
     keep_checkpoints: int = 3
     # children of a segment besides `t1 segment` (engine servers, rollout workers): a YAML
-    # spec for `t1 supervise --spec` ("" = the segment driver alone; see t1/supervise.py)
+    # spec for `t1 supervise --spec` ("" = the segment driver alone; see t1/supervise/supervisor.py)
     children: str = ""
     heartbeat_timeout_s: float = 300.0  # a child silent this long is hung: killed, restarted
     startup_timeout_s: float = 600.0  # first heartbeat may take this long (weights loading)

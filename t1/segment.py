@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from t1.supervise import EXIT_REQUEUE, StopRequest, heartbeat
+from t1.supervise.child import EXIT_REQUEUE, StopRequest, heartbeat
 
 SCHEMA_VERSION = 1
 

@@ -1,4 +1,4 @@
-"""Long jobs outside Snakemake (t1/submit.py): submitit's checkpoint-and-requeue, for real -
+"""Long jobs outside Snakemake (t1/supervise/submit.py): submitit's checkpoint-and-requeue, for real -
 submitit's local executor always, the local Slurm when it is up.
 
     .venv/bin/pytest tests/test_submit.py -q
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from t1.ckpt import latest_complete
-from t1.submit import submit
+from t1.supervise.submit import submit
 
 REPO = Path(__file__).resolve().parents[1]
 TOY = REPO / "tests/workflow/chain/toy_trainer.py"

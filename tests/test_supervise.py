@@ -1,4 +1,4 @@
-"""Segment supervisor (t1/supervise.py) with real processes: hangs, deaths, signals, resume.
+"""Segment supervisor (t1/supervise/supervisor.py) with real processes: hangs, deaths, signals, resume.
 
 .venv/bin/pytest tests/test_supervise.py -q
 """
@@ -18,7 +18,7 @@ import pytest
 
 from t1.ckpt import latest_complete
 from t1.incidents import read_incidents
-from t1.supervise import EXIT_DONE, EXIT_FAILED, EXIT_REQUEUE, EXIT_USAGE
+from t1.supervise.child import EXIT_DONE, EXIT_FAILED, EXIT_REQUEUE, EXIT_USAGE
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -33,7 +33,7 @@ TRAINER = textwrap.dedent(
     """
     import os, random, sys, time
     from t1.ckpt import CheckpointManager
-    from t1.supervise import StopRequest, heartbeat, EXIT_REQUEUE
+    from t1.supervise.child import StopRequest, heartbeat, EXIT_REQUEUE
     root, total = sys.argv[1], int(sys.argv[2])
     stop = StopRequest()
     mgr = CheckpointManager(root, keep=2)
@@ -362,7 +362,7 @@ def test_second_supervisor_on_a_workdir_waits_for_the_first(tmp_path, trainer):
 def test_requeue_only_after_a_stop_of_our_own(tmp_path, trainer, stop, requeued):
     """Inside Slurm with --requeue, the job requeues itself after its own deadline or SIGUSR2;
     after SIGTERM (`scontrol requeue`, preemption, scancel) it leaves that to Slurm or the
-    user: a second requeue can land on the job's next run (t1/slurm_job.py)."""
+    user: a second requeue can land on the job's next run (t1/supervise/slurm_job.py)."""
     bin_dir, calls = tmp_path / "bin", tmp_path / "scontrol.calls"
     bin_dir.mkdir()
     fake = bin_dir / "scontrol"

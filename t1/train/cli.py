@@ -78,7 +78,7 @@ def main(args: argparse.Namespace) -> int:
     import torch
 
     from t1.config import ConfigError, load_config
-    from t1.supervise import StopRequest
+    from t1.supervise.child import StopRequest
 
     try:
         cfg = load_config(args.config)

@@ -31,7 +31,8 @@ from t1.ppo.losses import value_loss
 from t1.ppo.metrics import explained_variance
 from t1.train.batch import Batch
 from t1.train.data import DataError, load_rows
-from t1.train.state import EXIT_REQUEUE, StageDir, build_trainer, load_tokenizer_for, run_epochs
+from t1.supervise.child import EXIT_REQUEUE
+from t1.train.state import StageDir, build_trainer, load_tokenizer_for, run_epochs
 from t1.train.step import ppo_step
 
 

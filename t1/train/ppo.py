@@ -28,7 +28,7 @@ from typing import Any
 from t1.config import Config
 from t1.metrics_log import MetricsLog
 from t1.policy import Critic, load_policy, torch_dtype
-from t1.supervise import heartbeat
+from t1.supervise.child import EXIT_REQUEUE, heartbeat
 from t1.train.batch import collate
 from t1.train.critic_warmup import recalibrate
 from t1.train.data import DataError, load_rows
@@ -109,7 +109,7 @@ def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
         print(f"t1 train ppo: {e}")
         return 3
     if stop is not None and stop.requested:
-        return 75
+        return EXIT_REQUEUE
     step = progress["step"]
     with MetricsLog(out.path) as log:
         if not rows:

@@ -22,7 +22,8 @@ from t1.metrics_log import MetricsLog
 from t1.policy import load_policy, torch_dtype
 from t1.ppo.losses import masked_mean
 from t1.train.data import DataError, load_rows
-from t1.train.state import EXIT_REQUEUE, StageDir, build_trainer, load_tokenizer_for, run_epochs
+from t1.supervise.child import EXIT_REQUEUE
+from t1.train.state import StageDir, build_trainer, load_tokenizer_for, run_epochs
 
 
 def nll(logp, batch):

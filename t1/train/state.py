@@ -34,12 +34,11 @@ import torch
 
 from t1.ckpt import Checkpoint, CheckpointManager, latest_complete
 from t1.config import Config
-from t1.supervise import heartbeat
+from t1.supervise.child import EXIT_REQUEUE, heartbeat
 from t1.train.batch import Row, collate
 from t1.train.hf import HFTrainer
 
 SCHEMA_VERSION = 1
-EXIT_REQUEUE = 75
 KEEP = 3  # complete checkpoints kept per stage directory (the newest may prove corrupt)
 
 

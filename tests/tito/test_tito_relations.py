@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from t1 import tito_relations as R
+from t1.tito import relations as R
 
 
 def a(*xs):

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from t1.ckpt import CheckpointManager
-from t1.supervise import EXIT_REQUEUE, StopRequest, heartbeat
+from t1.supervise.child import EXIT_REQUEUE, StopRequest, heartbeat
 
 
 def main() -> int:

@@ -1,9 +1,9 @@
 """Submit a long `t1` job to Slurm outside Snakemake, with submitit's checkpoint-and-requeue.
 
-    python -m t1.submit --time 1440 --gpus 8 --partition gpu --logs results/tiny/submitit -- \\
+    python -m t1.supervise.submit --time 1440 --gpus 8 --partition gpu --logs results/tiny/submitit -- \\
         t1 supervise --config results/tiny/config.yaml --workdir results/tiny/ppo/manual -- \\
         t1 segment --config results/tiny/config.yaml --iter 7 --from ... --out ...
-    python -m t1.submit --local --time 10 --wait -- t1 ...   # submitit's local executor
+    python -m t1.supervise.submit --local --time 10 --wait -- t1 ...   # submitit's local executor
 
 What submitit gives such a job (the conventions DESIGN §6 borrows): Slurm sends SIGUSR2
 `--signal-delay-s` before the time limit (submitit asks for `--signal=USR2@S`); submitit's
@@ -110,7 +110,7 @@ def submit(
 
 
 def _main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m t1.submit", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m t1.supervise.submit", description=__doc__.splitlines()[0])
     p.add_argument("--time", type=int, required=True, help="time limit, minutes")
     p.add_argument("--logs", default="results/submitit", help="submitit folder (logs, pickles)")
     p.add_argument("--partition", default=None)

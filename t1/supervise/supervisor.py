@@ -13,14 +13,14 @@ workers. The supervisor starts each as its own process group, copies its output 
 * hung: a child whose heartbeat is older than `heartbeat_timeout_s` (`startup_timeout_s`
   before its first beat) gets SIGTERM, SIGKILL `kill_grace_s` later, and is restarted likewise.
   Heartbeats: `file` (default) - the child touches $T1_HEARTBEAT_FILE, e.g. by calling
-  `t1.supervise.heartbeat()` at each step; `output` - any line it prints counts; `none`.
+  `t1.supervise.child.heartbeat()` at each step; `output` - any line it prints counts; `none`.
 * stop: SIGUSR2 or SIGTERM (Slurm's `--signal`, preemption, scancel, Ctrl-C of snakemake),
   or the Slurm time limit minus `stop_margin_s`, only set a flag; the loop then forwards each
   main child's `stop_signal` (default SIGUSR2) to it - the trainer checkpoints at its next
   safe point and exits - waits up to `stop_timeout_s`, then stops the services.
   With `--requeue` inside Slurm the job then requeues itself, but only after a stop of its
   own (deadline, SIGUSR2, a child's exit 75): after SIGTERM, Slurm or the user decides
-  (t1/slurm_job.py says why).
+  (t1/supervise/slurm_job.py says why).
 
 Roles: `main` children do the work; the segment is done when all of them exit 0. `service`
 children (engines, workers) run until the mains are done and are restarted whenever they die.
@@ -37,10 +37,10 @@ killed snakemake left its job running and the rerun starts the segment again).
 
 Every incident (child died / hung / restarted, budget spent, stop requested, stop timed out,
 waiting for the lock) is a JSON line in DIR/incidents.jsonl (t1.incidents). The children and
-their restart policy come from `--spec` and `-- MAIN COMMAND` (t1/supervise_spec.py).
+their restart policy come from `--spec` and `-- MAIN COMMAND` (t1/supervise/spec.py).
 
 Children see T1_HEARTBEAT_FILE, T1_CHILD_NAME, T1_RESTART (0 on the first start) and
-T1_SUPERVISED=1. Inside a child: `stop = StopRequest()` installs flag-only handlers for SIGUSR2
+T1_SUPERVISED=1. Inside a child (t1/supervise/child.py): `stop = StopRequest()` installs flag-only handlers for SIGUSR2
 and SIGTERM; check `stop.requested` at safe points, checkpoint, `sys.exit(EXIT_REQUEUE)`.
 """
 
@@ -61,38 +61,12 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from t1 import slurm_job
 from t1.incidents import IncidentLog
-from t1.supervise_spec import ChildSpec, Policy, SpecError, load_spec
+from t1.supervise import slurm_job
+from t1.supervise.child import EXIT_DONE, EXIT_FAILED, EXIT_REQUEUE, EXIT_USAGE, HEARTBEAT_ENV
+from t1.supervise.spec import ChildSpec, Policy, SpecError, load_spec
 
-EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_REQUEUE = 0, 1, 2, 75
-HEARTBEAT_ENV = "T1_HEARTBEAT_FILE"
 TICK_S = 0.1
-
-
-# ----------------------------------------------------------------------------- child side
-
-
-def heartbeat() -> None:
-    """Touch $T1_HEARTBEAT_FILE (no-op when not supervised). Cheap: call it every step."""
-    path = os.environ.get(HEARTBEAT_ENV)
-    if path:
-        with open(path, "a"):
-            os.utime(path)
-
-
-class StopRequest:
-    """Flag-only handlers for SIGUSR2 and SIGTERM: `requested` turns True, nothing else runs."""
-
-    def __init__(self, signals: tuple[int, ...] = (signal.SIGUSR2, signal.SIGTERM)) -> None:
-        self.requested = False
-        self.signal: str | None = None
-        for sig in signals:
-            signal.signal(sig, self._handler)
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        self.requested = True
-        self.signal = signal.Signals(signum).name
 
 
 # ----------------------------------------------------------------------------- runtime
@@ -448,7 +422,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--requeue",
         action="store_true",
         help="after a stop of our own inside Slurm (deadline, SIGUSR2, a child's exit 75),"
-        " `scontrol requeue` this job before exiting 75 (see t1.slurm_job)",
+        " `scontrol requeue` this job before exiting 75 (see t1.supervise.slurm_job)",
     )
     for f in fields(Policy):
         parser.add_argument(

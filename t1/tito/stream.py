@@ -1,14 +1,14 @@
 """TITO: stitch a trajectory's turns into training streams the sampler actually produced.
 
     pytest tests/tito
-    t1 tito-audit DIR [--json FILE]            (t1/tito_audit.py)
+    t1 tito-audit DIR [--json FILE]            (t1/tito/audit.py)
 
     asm = assemble(traj.turns, tokenizer)       # or assemble_text_log(messages, tokenizer)
     for seg in asm.segments:                    # usually one; a split starts a new one
         seg.ids, seg.loss_mask, seg.logprobs, seg.routing   # [T], [T], [T], int16 [T, L, k]
     asm.relations, asm.audit                    # per boundary; counters (Audit)
 
-Invariants and relations: DESIGN §8; the relation tests live in t1/tito_relations.py. Each
+Invariants and relations: DESIGN §8; the relation tests live in t1/tito/relations.py. Each
 turn's prompt P is matched against the stream S so far (which ends with the turn before's
 sampled ids and the ids our loop appended after them): strict -> normalized -> retokenized ->
 split. Then the turn's sampled ids are appended as the loss region (logprobs kept, 0 elsewhere)
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from t1 import tito_relations as R
+from t1.tito import relations as R
 from t1.trajectory import Status, Trajectory, TrajectoryError, Turn
 
 RELATIONS = ("strict", "normalized", "retokenized", "split")
