@@ -35,7 +35,7 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 
 
-warn_if_pinned_differs()
+campaign.warn_if_pinned_differs(RESULTS, RUNS, config)  # a run keeps its pinned config
 
 
 rule campaign_dense:

@@ -12,7 +12,11 @@ A turn's text is parsed for one `<tool_call>` (t1.chat.parse_tool_call):
 * no call     -> the final answer: the agent stops (COMPLETED).
 Budgets end the loop as TRUNCATED: max turns, context tokens (also a turn cut because the
 context was full), wall time. Then the task's verifier runs in the same sandbox and the
-reward is attached (t1.reward). Cancellation (the
+reward is attached (t1.reward: `noop` is the task's measured no-op (passed, total), which
+`reward.subtract_noop` subtracts; a result the verifier marks `tampered` scores as the no-op
+would, with the reason in the metadata). Each turn keeps the engine's raw output ids
+(`Turn.engine_ids`, never touched afterwards) so TITO's drift check has an independent
+reference. Cancellation (the
 over-sampling tail) aborts the running generation and returns ABORTED with the turns so far
 (and skips the verifier); a missing routing capture aborts too (never silently dropped or
 padded).
@@ -79,6 +83,7 @@ def run_agent(
     cancel: threading.Event | None = None,
     options: AgentOptions | None = None,
     verify: bool = True,
+    noop: tuple[int, int] | None = None,
 ) -> Trajectory:
     """Run one trajectory of `task` in an already started `sandbox`; never raises for the task."""
     options = options or AgentOptions()
@@ -161,6 +166,7 @@ def run_agent(
             turn = Turn(
                 prompt_ids=prompt,
                 sampled_ids=res.output_ids,
+                engine_ids=res.output_ids,
                 logprobs=res.output_logprobs,
                 routing=res.routing,
                 routing_start=res.routing_start,
@@ -218,17 +224,42 @@ def run_agent(
         if cancel is not None and cancel.is_set():  # dropped anyway: skip the verifier's cost
             traj.status, traj.reason = Status.ABORTED, f"cancelled before the verifier ({reason})"
         else:
-            attach_reward(traj, task, sandbox, reward)
+            attach_reward(traj, task, sandbox, reward, noop)
     return traj
 
 
-def attach_reward(traj: Trajectory, task: Task, sandbox, reward: RewardSpec) -> None:
-    """Run the task's verifier in the agent's sandbox; attach outcomes and reward (or FAILED)."""
+def attach_reward(
+    traj: Trajectory,
+    task: Task,
+    sandbox,
+    reward: RewardSpec,
+    noop: tuple[int, int] | None = None,
+) -> None:
+    """Run the task's verifier in the agent's sandbox; attach outcomes and reward (or FAILED).
+
+    `noop` = (passed, total) of the task with no agent action (its pool's record); required
+    when `reward.subtract_noop`. A verifier result marked `tampered` scores as the no-op does
+    (0 when subtracting), never what the report claims."""
     v = score_in_sandbox(task, sandbox)
     traj.metadata["seconds_verifier"] = v.seconds
     traj.assertions = [(a.name, a.outcome) for a in v.assertions]
     if v.error or v.total == 0:
         traj.status, traj.reason = Status.FAILED, f"verifier: {v.error or 'no assertions'}"
         return
-    traj.reward = reward.score(v.passed, v.total)
-    traj.metadata.update({"passed": v.passed, "total": v.total, "resolved": v.resolved})
+    if reward.subtract_noop and noop is None:
+        traj.status, traj.reason = (
+            Status.FAILED,
+            f"reward: reward.subtract_noop is on but task {task.id} ({task.path}) has no "
+            "measured no-op score (its pool was built without `t1 pool --noop`)",
+        )
+        return
+    noop_passed, noop_total = noop or (0, 0)
+    passed, resolved = v.passed, v.resolved
+    tampered = getattr(v, "tampered", None)
+    if tampered:
+        passed, resolved = min(noop_passed, v.total), False
+        traj.metadata["tampered"] = tampered if isinstance(tampered, str) else "tampered"
+    traj.reward = reward.score(passed, v.total, noop_passed, noop_total)
+    traj.metadata.update({"passed": passed, "total": v.total, "resolved": resolved})
+    if noop is not None:
+        traj.metadata.update({"noop_passed": noop_passed, "noop_total": noop_total})

@@ -34,13 +34,13 @@ import ast
 import base64
 import json
 import math
-import os
 import re
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
+from t1.records import write_json_atomic
 from t1.synth.dedup import minhash, nearest, shingles, task_text
 
 SCHEMA_VERSION = 1
@@ -473,13 +473,6 @@ def _counts(stages) -> dict[str, int]:
     return out
 
 
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
-
-
 def materialize(report: dict[str, Any], out: Path) -> int:
     """Copy accepted tasks to `out` (repaired instruction.md where repaired) + audit.json."""
     out.mkdir(parents=True, exist_ok=True)
@@ -497,7 +490,7 @@ def materialize(report: dict[str, Any], out: Path) -> int:
         tmp.rename(dst)
         r["path"] = str(dst)
         n += 1
-    write_json(out / "audit.json", report)
+    write_json_atomic(out / "audit.json", report)
     return n
 
 
@@ -565,6 +558,6 @@ def main(args: argparse.Namespace) -> int:
     if args.out is not None:
         materialize(report, args.out)
     if args.json is not None:
-        write_json(args.json, report)
+        write_json_atomic(args.json, report)
     print(format_report(report))
     return 0 if report["counts"]["after_repair"]["accepted"] else 1

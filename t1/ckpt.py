@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from t1.incidents import IncidentLog
+from t1.records import fsync_dir, write_json_atomic
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -271,14 +272,6 @@ def _sha256_file(path: Path) -> str:
     return sha.hexdigest()
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _is_json_exact(value: Any) -> bool:
     try:
         return json.loads(json.dumps(value)) == value
@@ -337,16 +330,6 @@ def _write_part(path: Path, fmt: str, value: Any) -> tuple[int, str]:
     return w.n, w.sha.hexdigest()
 
 
-def _write_file_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
 def write_checkpoint(
     root: str | os.PathLike[str],
     step: int,
@@ -383,9 +366,9 @@ def write_checkpoint(
         "parts": entries,
         "meta": dict(meta or {}),
     }
-    raw = json.dumps(manifest, indent=1).encode()
-    _write_file_atomic(tmp / MANIFEST, raw)
-    _fsync_dir(tmp)
+    write_json_atomic(tmp / MANIFEST, manifest)
+    manifest_sha256 = hashlib.sha256((tmp / MANIFEST).read_bytes()).hexdigest()  # as on disk
+    fsync_dir(tmp)
     final = root / name
     if final.exists():
         old = root / f".trash-{name}-{secrets.token_hex(4)}"
@@ -394,14 +377,14 @@ def write_checkpoint(
             "checkpoint %s existed; replaced (old copy at %s until retention runs)", final, old
         )
     os.rename(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     marker = {
         "schema_version": SCHEMA_VERSION,
         "status": "complete",
         "step": step,
-        "manifest_sha256": hashlib.sha256(raw).hexdigest(),
+        "manifest_sha256": manifest_sha256,
     }
-    _write_file_atomic(final / MARKER, json.dumps(marker).encode())
+    write_json_atomic(final / MARKER, marker, indent=None)
     return Checkpoint(path=final, step=step, manifest=manifest)
 
 

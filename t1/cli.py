@@ -15,6 +15,7 @@ import sys
 
 # name -> (module, one-line help). Keep sorted by pipeline stage.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "run-config": ("t1.campaign", "derive, validate and pin a run's config (results/<run>/config.yaml)"),
     "tasks": ("t1.tasks.cli", "check task directories (v1 task.yaml / v2 task.toml layouts)"),
     "sandbox": ("t1.sandbox.cli", "run one command in a fresh sandbox"),
     "provision": ("t1.sandbox.provision", "build the offline tool cache (wheels, uv, debs) for sandboxes"),
@@ -30,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "supervise": ("t1.supervise.supervisor", "start and watch a segment's children; checkpoint on signal"),
     "synth": ("t1.synth.cli", "recursive verified task synthesis"),
     "audit": ("t1.audit", "score tasks with the audit weights; select"),
-    "pool": ("t1.pool", "materialize a ranked task pool with a manifest"),
+    "pool": ("t1.tasks.pool_build", "materialize a ranked task pool with a manifest"),
     "evaluate": ("t1.evaluate", "evaluate a policy checkpoint on a task set"),
     "report": ("t1.report", "tables and plots from a run's JSON-lines events"),
     "bench": ("t1.bench", "benchmarks: sandbox | rollout | train | ckpt"),

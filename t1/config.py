@@ -64,6 +64,12 @@ class SandboxConfig:
     env_cache: str = "~/.cache/t1/env"  # built Dockerfile layers (t1.sandbox.envbuild)
     provision_dir: str = ""  # offline tool cache; "" = $T1_PROVISION or ~/.cache/t1/provision
     cow: bool = True  # copy-on-write system dirs (apt-get install works; host unchanged)
+    # never: every task sandbox is offline; task: a task's allow_internet gives it a network
+    network: str = "never"
+
+    def __post_init__(self) -> None:
+        if self.network not in ("never", "task"):
+            raise ValueError(f"network must be never | task, got {self.network!r}")
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,24 @@ class EngineConfig:
 
 
 @dataclass(frozen=True)
+class FleetConfig:
+    """SGLang rollout replicas of a segment (t1.engine.fleet, t1.engine.launch, t1.plan)."""
+
+    replicas: int = 0  # servers, each a full copy of the policy (0 = no fleet: engine.url alone)
+    urls: list[str] = field(default_factory=list)  # fixed replica URLs; [] = the allocation's nodes
+    tp: int = 1  # GPUs per replica (SGLang --tp-size; a replica spans tp / gpus-per-node nodes)
+    ep: int = 1  # expert parallel size inside a replica (--ep-size, divides tp)
+    port: int = 30000  # every replica listens here on its first node
+    router_port: int = 30080  # sglang_router over the replicas, for evaluation and synthesis
+    mem_fraction: float = 0.85  # --mem-fraction-static: weights + KV pool per GPU
+    health_interval_s: float = 5.0  # the client polls each replica's /health this often
+    health_timeout_s: float = 10.0  # a /health slower than this is a failed check
+    health_failures: int = 3  # consecutive failed checks: the replica is down (hung)
+    max_resample: int = 2  # re-samples of a trajectory whose replica died under it
+    rejoin_timeout_s: float = 1800.0  # a weight update waits this long for a restarting replica
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     """The multi-turn bash agent (t1.agent)."""
 
@@ -129,6 +153,8 @@ class RolloutConfig:
     launch: int = 10  # trajectories launched per step (paper: 560)
     admit: int = 8  # first completed admitted (paper: 512)
     carry_dropped: bool = True
+    # a task dropped or failed this many steps in a row goes back to the pool's normal order
+    max_carry: int = 3
     workers: int = 2
 
 
@@ -145,10 +171,11 @@ class RewardConfig:
     """Executed reward (t1.reward)."""
 
     kind: str = "dense"  # dense | binary
-    # dense = passed / scale: ONE scale for the whole run, recorded in the run manifest
-    # (t1.reward.record_reward_spec); not clipped when a task has more assertions than that.
-    scale: float = 10.0
-    subtract_noop: bool = False  # subtract the task's no-op score (assertions passing untouched)
+    # dense = clip(passed - no-op, 0, scale) / scale: ONE scale for the whole run, pinned in
+    # results/<run>/manifest.json at the first segment (t1.reward.pin_reward); 0 = the train
+    # pool's largest assertion count; a resumed run with another scale refuses to start
+    scale: float = 0.0
+    subtract_noop: bool = False  # subtract the task's no-op passes (measured when pooled)
 
 
 @dataclass(frozen=True)
@@ -170,6 +197,21 @@ class PPOConfig:
     max_grad_norm: float = 1.0  # gradient clipping per optimizer step (0 = off)
     old_logp: str = "trainer"  # trainer | rollout: the logprobs the PPO ratio divides by
     device: str = "auto"  # hf backend (also sft, critic warm-up): cpu | cuda | auto (cuda if any)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The PPO trainer backend (t1.train.megatron.plan): hf (one process) or megatron."""
+
+    backend: str = "hf"  # hf | megatron (megatron-core GPTModel, built-in router replay)
+    gpu_budget_gib: float = 95.0  # per process/GPU for EACH role; checked before launch
+    gpus: int = 1  # megatron: GPUs of the training job (DP = gpus / (TP * PP))
+    tensor_parallel: int = 1  # megatron: TP
+    pipeline_parallel: int = 1  # megatron: PP (weights shard by stage; training needs 1)
+    expert_parallel: int = 1  # megatron: EP
+    expert_tensor_parallel: int = 1  # megatron: ETP
+    router_fusion: bool = False  # megatron: fused top-k (TE); refused with ppo.replay
+    offload: bool = False  # megatron: move the role not in use (weights + Adam) to the CPU
 
 
 @dataclass(frozen=True)
@@ -199,6 +241,8 @@ class CampaignConfig:
 
     segments: int = 2
     steps_per_segment: int = 2
+    # complete checkpoints kept (>= 2: the newest may prove corrupt): per stage directory
+    # (DIR/ckpt of sft, critic_warmup, a PPO step) and PPO steps whose train/ckpt t1 segment keeps
     keep_checkpoints: int = 3
     # children of a segment besides `t1 segment` (engine servers, rollout workers): a YAML
     # spec for `t1 supervise --spec` ("" = the segment driver alone; see t1/supervise/supervisor.py)
@@ -215,6 +259,7 @@ class CampaignConfig:
     # portable resources of the heavy rules (segments, SFT, critic warm-up, evaluation);
     # partition, account, gres type live in profiles/slurm
     gpus: int = 0  # per node; 0 = CPU
+    gpu_mem_gib: float = 0.0  # memory of one GPU (t1.plan sizes trainer and servers with it)
     nodes: int = 1
     cpus: int = 2
     mem_mb: int = 6000
@@ -226,7 +271,7 @@ class CampaignConfig:
 
 @dataclass(frozen=True)
 class SynthConfig:
-    """Recursive verified task synthesis (t1.synth), audit (t1.audit) and pools (t1.pool)."""
+    """Recursive verified task synthesis (t1.synth), audit (t1.audit) and pools (t1.tasks.pool_build)."""
 
     rounds: int = 3
     per_round: int = 20
@@ -248,11 +293,13 @@ class Config:
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     tito: TitoConfig = field(default_factory=TitoConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     critic_warmup: CriticWarmupConfig = field(default_factory=CriticWarmupConfig)
     campaign: CampaignConfig = field(default_factory=CampaignConfig)
@@ -274,7 +321,12 @@ def _build(cls: type, data: Any, where: str, source: str) -> Any:
     for name, value in data.items():
         key = f"{where}.{name}" if where else name
         kwargs[name] = _coerce(hints[name], value, key, source)
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except ValueError as e:  # a __post_init__ check
+        raise ConfigError(f"{source}: {where or 'top level'}: {e}") from None
 
 
 def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:

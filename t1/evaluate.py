@@ -11,12 +11,12 @@ Writes OUT/eval.json (schema_version, status, summary, per-task rows) and the tr
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from t1.config import load_config
+from t1.records import write_json_atomic
 from t1.rollout import collect, load_tasks, write_batch
 from t1.trajectory import Trajectory
 
@@ -93,9 +93,7 @@ def main(args: argparse.Namespace) -> int:
             for t in batch.admitted
         ],
     }
-    tmp = args.out / "eval.json.tmp"
-    tmp.write_text(json.dumps(doc, indent=1))
-    tmp.replace(args.out / "eval.json")
+    write_json_atomic(args.out / "eval.json", doc)
     o = summary["overall"]
     print(f"evaluate: {o['trajectories']} trajectories, resolved {o['resolved_rate']:.1%}, mean reward {o['mean_reward']:.3f} -> {args.out}")
     return 0

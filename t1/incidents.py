@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from t1.records import append_json_line
+
 SCHEMA_VERSION = 1
 
 
@@ -37,14 +39,8 @@ class IncidentLog:
         record.update(fields)
         if self.path is None:
             return record
-        line = (json.dumps(record, default=str, sort_keys=False) + "\n").encode()
         with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line)
-            finally:
-                os.close(fd)
+            append_json_line(self.path, record)
         return record
 
 

@@ -35,11 +35,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import json
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from t1.records import write_json_atomic
 
 GIB = 1024**3
 ROLES = ("actor", "critic")
@@ -510,9 +510,5 @@ def main(args: argparse.Namespace) -> int:
     )
     print(table(result))
     if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(result, indent=2) + "\n")
-        tmp.replace(path)
+        write_json_atomic(args.json, result, indent=2)
     return 0 if result["fits"] else 1

@@ -7,19 +7,28 @@
 Every line carries `schema_version`, `event`, `step`, `time` (Unix seconds) and the fields
 given. Nested dicts (e.g. `resolved_by_category`) stay nested in JSON and become
 `name/key` scalars in TensorBoard. nan and inf are written as null (JSON has no nan). Each line
-is flushed as it is written, so a crash loses at most the line being written; a reader skips
+is written with one O_APPEND write (t1.records.append_json_line), so a crash loses at most the line being written; a reader skips
 a torn last line (`read_events`). TensorBoard needs the `tensorboard` package; without it
 the log says so once and writes JSON only. `t1 report` turns these files into tables/plots.
+
+Exactly once: every line also carries `attempt`, one more than the highest attempt already in
+the file (1 for a new file), so a stage resumed after a crash, which redoes the steps since its
+last checkpoint, writes them again under a new attempt. Readers keep one record per (event,
+step) - the last attempt's - with `last_attempt(events)`; it marks records whose step was
+written by more than one attempt with `redone` (the number of earlier writes).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from t1.records import append_json_line
 
 SCHEMA_VERSION = 1
 FILENAME = "metrics.jsonl"
@@ -57,7 +66,12 @@ class MetricsLog:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / FILENAME
-        self._file = self.path.open("a", encoding="utf-8")
+        raw = self.path.read_bytes() if self.path.exists() else b""
+        if raw and not raw.endswith(b"\n"):  # a torn line of a killed attempt: cut it off
+            os.truncate(self.path, raw.rfind(b"\n") + 1)
+        earlier = read_events(self.path) if raw else []
+        self.attempt = 1 + max((int(e.get("attempt", 1)) for e in earlier), default=0)
+        self.path.touch()
         self._tb = None
         if tensorboard:
             try:
@@ -76,11 +90,11 @@ class MetricsLog:
             "schema_version": SCHEMA_VERSION,
             "event": event,
             "step": int(step),
+            "attempt": self.attempt,
             "time": time.time(),
         }
         record.update(_clean(fields))
-        self._file.write(json.dumps(record, sort_keys=False) + "\n")
-        self._file.flush()
+        append_json_line(self.path, record, default=None)  # not JSON: a TypeError, as before
         if self._tb is not None:
             for name, value in _scalars(event, fields):
                 self._tb.add_scalar(name, value, int(step))
@@ -88,7 +102,6 @@ class MetricsLog:
         return record
 
     def close(self) -> None:
-        self._file.close()
         if self._tb is not None:
             self._tb.close()
 
@@ -120,4 +133,22 @@ def read_events(path: str | Path, event: str | None = None) -> list[dict[str, An
             raise ValueError(f"{path}:{i}: malformed event line: {e}") from None
         if event is None or rec.get("event") == event:
             out.append(rec)
+    return out
+
+
+def last_attempt(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per (event, step): the last one written (highest attempt, then file order),
+    with `redone` = how many earlier writes of that step it replaces (absent when none).
+    Order: as the kept records first appeared."""
+    kept: dict[tuple[Any, Any], dict[str, Any]] = {}
+    writes: dict[tuple[Any, Any], int] = {}
+    for ev in events:
+        key = (ev.get("event"), ev.get("step"))
+        writes[key] = writes.get(key, 0) + 1
+        old = kept.get(key)
+        if old is None or int(ev.get("attempt", 1)) >= int(old.get("attempt", 1)):
+            kept[key] = ev
+    out = []
+    for key, ev in kept.items():
+        out.append(dict(ev, redone=writes[key] - 1) if writes[key] > 1 else ev)
     return out

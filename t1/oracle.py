@@ -6,7 +6,7 @@
 
 Each TASK_DIR is a task directory or a directory of tasks. Per task: build its environment
 (t1.sandbox.envbuild, cached by content hash) when its Dockerfile has more than FROM/WORKDIR,
-start a fresh sandbox, then
+start a fresh sandbox (both in t1.tasks.env), then
 * oracle: copy the solution in (v1 /oracle/solution.sh, v2 /solution/) only now, and run it
   in the sandbox's persistent shell from the workdir (solution.yaml: each command in turn),
   within the task's agent timeout; background servers it starts stay alive;
@@ -23,10 +23,9 @@ nothing gets an `error` in its row; the other tasks still run.
 Exit code: 0 when no row has an error (unresolved tasks alone are not errors: a noop run
 resolves nothing on purpose), 1 when some row has an error, 2 when no task was found.
 
-Library use (the rollout and the synthesizer reuse the same flow):
+This module is the command; the sandbox for a task (task_spec, open_task_sandbox,
+run_solution), which the rollout and the synthesizer reuse, lives in t1/tasks/env.py.
     row = run_task(task, agent="oracle", backend="bwrap")         # the JSON row as a dict
-    with open_task_sandbox(task, backend="bwrap") as sb:           # agent acts in sb ...
-        result = score_in_sandbox(task, sb)                        # ... then verify
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 import tempfile
 import threading
@@ -44,12 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from t1.reward import RewardSpec
-from t1.sandbox import Limits, SandboxSpec, open_sandbox
+from t1.sandbox import Limits
 from t1.tasks import Task, TaskError, check_task, find_tasks, load_task
-from t1.tasks.load import dockerfile_instructions
+from t1.tasks.env import open_task_sandbox, run_solution
 from t1.verifier import VerifierResult, score_in_sandbox
 
-__all__ = ["open_task_sandbox", "run_solution", "run_task", "score_in_sandbox", "task_spec"]
+__all__ = ["run_task"]
 
 AGENTS = ("oracle", "noop")
 ROW_KEYS = (
@@ -63,107 +61,9 @@ ROW_KEYS = (
     "assertions",
     "error",
 )
-DEFAULT_ENV_CACHE = Path("~/.cache/t1/env").expanduser()
-_TRIVIAL = {"FROM", "WORKDIR", "LABEL", "MAINTAINER", "CMD", "ENTRYPOINT", "EXPOSE"}
 
 
-# --------------------------------------------------------------------------- sandbox per task
-
-
-def needs_build(task: Task) -> bool:
-    """True when the task's Dockerfile changes the machine (RUN, COPY, ENV, ARG, ...)."""
-    df = task.environment.dockerfile
-    if df is None or not df.is_file():
-        return False
-    return any(word not in _TRIVIAL for word, _ in dockerfile_instructions(df))
-
-
-def build_task_env(task: Task, cache_dir: Path | None = None) -> Path | None:
-    """The task's environment layer (built once, then cached by content hash), or None."""
-    if not needs_build(task):
-        return None
-    from t1.sandbox.envbuild import build_env
-
-    env = task.environment
-    return build_env(env.dockerfile, env.context, Path(cache_dir or DEFAULT_ENV_CACHE)).path
-
-
-def task_spec(
-    task: Task, backend: str = "bwrap", cache_dir: Path | None = None, limits: Limits | None = None
-) -> SandboxSpec:
-    """The sandbox spec of a task: workdir, built environment (or image), resource limits.
-
-    The sandbox stays offline even when a task sets allow_internet: installers reach the
-    offline provision cache instead (t1 provision).
-    """
-    base = limits or Limits()
-    limits = Limits(
-        memory_mb=task.resources.memory_mb or base.memory_mb,
-        max_processes=base.max_processes,
-        max_file_mb=base.max_file_mb,
-        cpus=task.resources.cpus or base.cpus,
-        wall_s=base.wall_s,
-    )
-    image = None
-    env_layer = None
-    if backend == "apptainer":
-        image = _apptainer_image(task)
-    else:
-        env_layer = build_task_env(task, cache_dir)
-    return SandboxSpec(workdir=task.workdir, env_layer=env_layer, image=image, limits=limits)
-
-
-def _apptainer_image(task: Task) -> str | None:
-    """The task's .sif: its docker_image pulled, or its Dockerfile built (cached by content)."""
-    from t1.sandbox.apptainer import ensure_image
-
-    env = task.environment
-    if env.docker_image is None and env.dockerfile is None:
-        return None
-    sif = ensure_image(
-        docker_image=env.docker_image, dockerfile=env.dockerfile, context=env.context
-    )
-    return str(sif)
-
-
-def open_task_sandbox(
-    task: Task, backend: str = "bwrap", cache_dir: Path | None = None, limits: Limits | None = None
-):
-    """A started sandbox for `task` (use it with `with`); the tests and solution are not in it."""
-    return open_sandbox(task_spec(task, backend, cache_dir, limits), backend)
-
-
-# --------------------------------------------------------------------------- agents
-
-
-def run_solution(task: Task, sandbox) -> str | None:
-    """Run the reference solution in the sandbox's shell; return an error message or None.
-
-    The whole solution shares the task's agent timeout. Its exit code is returned in the
-    message only when non-zero (the caller decides whether that matters).
-    """
-    wd = shlex.quote(task.workdir)
-    budget = task.agent_timeout_s
-    t0 = time.monotonic()
-    sol = task.solution
-    if sol.kind == "commands":
-        steps = [f"cd {wd}", *sol.commands]
-    elif task.layout == "v1":
-        sandbox.put(sol.path, "/oracle/solution.sh")
-        steps = [f"cd {wd} && bash /oracle/solution.sh"]
-    else:
-        sandbox.put(sol.directory or sol.path.parent, "/solution")
-        steps = [f"cd {wd} && bash /solution/{sol.path.name}"]
-    for i, cmd in enumerate(steps):
-        left = budget - (time.monotonic() - t0)
-        if left <= 0:
-            return f"reference solution timed out after {budget:g} s (before step {i + 1} of {len(steps)})"
-        r = sandbox.exec(cmd, timeout=left)
-        if r.timed_out:
-            return f"reference solution timed out after {budget:g} s (the agent timeout)"
-        if r.exit_code != 0:
-            return f"reference solution exited {r.exit_code}: {r.output.strip()[-400:]}"
-    return None
+# --------------------------------------------------------------------------- one task
 
 
 def run_task(
@@ -238,7 +138,10 @@ def main(args: argparse.Namespace) -> int:
         from t1.config import load_config
 
         cfg = load_config(args.config)
-        reward = RewardSpec(kind=cfg.reward.kind, scale=cfg.reward.scale, subtract_noop=False)
+        # reward.scale 0 means "the pool's largest count", which a run over task dirs has not
+        # got: the table then scores passed / 10 (the reward column is for reading only)
+        scale = cfg.reward.scale if cfg.reward.scale > 0 else RewardSpec().scale
+        reward = RewardSpec(kind=cfg.reward.kind, scale=scale, subtract_noop=False)
         cache_dir = Path(cfg.tasks.env_cache).expanduser()
     rows = run_many(paths, args.agent, args.sandbox, max(1, args.jobs), reward, cache_dir)
     print(format_table(rows))

@@ -3,7 +3,9 @@
 The paper launches 560 and admits the first 512 that complete: step time is bounded by the
 K-th fastest trajectory instead of the slowest. That biases each batch against long trials,
 so the dropped tasks are recorded (task ids, turns so far) and, by default, carried to the
-front of the next batch (`BatchPlanner`).
+front of the next batch (`BatchPlanner`) - but only `max_carry` times in a row: a task dropped
+(or failed) in that many consecutive steps goes back to the pool's normal order, so a task
+that always fails cannot take the front of every batch forever.
 
 Deterministic mode admits in LAUNCH order (the K lowest launch indices) instead of
 completion order, so a run is reproducible whatever the thread timing.
@@ -132,7 +134,9 @@ def oversample(
     return result
 
 
-def _guarded(fn: Callable[[T, threading.Event], R], item: T, cancel: threading.Event) -> tuple[bool, Any]:
+def _guarded(
+    fn: Callable[[T, threading.Event], R], item: T, cancel: threading.Event
+) -> tuple[bool, Any]:
     try:
         return True, fn(item, cancel)
     except Exception as e:  # a failed trajectory is dropped with its reason, never fatal
@@ -143,7 +147,9 @@ def _admission_set(result: OversampleResult) -> set[int]:
     return {i for i, _ in result.admitted}
 
 
-def _admit(finished: dict, failed: dict, n: int, admit: int, deterministic: bool, result: OversampleResult) -> bool:
+def _admit(
+    finished: dict, failed: dict, n: int, admit: int, deterministic: bool, result: OversampleResult
+) -> bool:
     """Move newly admissible runs into `result.admitted`; True once `admit` are admitted."""
     taken = _admission_set(result)
     if deterministic:
@@ -177,11 +183,20 @@ class BatchPlanner:
     order: Callable[[int], Sequence[Any]]
     launch: int
     carry_dropped: bool = True
+    max_carry: int = 3  # consecutive drops after which a task is no longer carried
     epoch: int = 0
     cursor: int = 0
     carry: list[Any] = field(default_factory=list)
+    # item -> how many steps in a row it was dropped (items are keys: task paths in a campaign)
+    streak: dict[Any, int] = field(default_factory=dict)
+    last_batch: list[Any] = field(default_factory=list)
 
     def next_batch(self) -> list[Any]:
+        batch = self._next()
+        self.last_batch = list(batch)
+        return batch
+
+    def _next(self) -> list[Any]:
         batch = list(self.carry[: self.launch])
         self.carry = self.carry[len(batch) :]
         while len(batch) < self.launch:
@@ -195,12 +210,37 @@ class BatchPlanner:
             self.cursor += 1
         return batch
 
-    def record_dropped(self, items: Sequence[Any]) -> None:
+    def record_dropped(self, items: Sequence[Any]) -> list[Any]:
+        """Record the last batch's dropped (or failed) items; returns those given up on.
+
+        An item of the last batch that was not dropped ends its streak. A dropped item is
+        carried to the front of the next batch unless this is its `max_carry`-th drop in a
+        row: then it is given up on (streak reset) and comes again in the pool's own order."""
+        dropped = set(items)
+        for item in set(self.last_batch) - dropped:
+            self.streak.pop(item, None)
+        given_up = set()
+        for item in dropped:
+            self.streak[item] = self.streak.get(item, 0) + 1
+            if self.streak[item] >= self.max_carry:
+                given_up.add(item)
+                del self.streak[item]
         if self.carry_dropped:
-            self.carry = list(items) + self.carry
+            self.carry = [x for x in items if x not in given_up] + self.carry
+        else:
+            self.streak.clear()
+        return sorted(given_up, key=list(items).index)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "cursor": self.cursor, "carry": list(self.carry)}
+        return {
+            "epoch": self.epoch,
+            "cursor": self.cursor,
+            "carry": list(self.carry),
+            "streak": [[k, v] for k, v in self.streak.items()],
+            "last_batch": list(self.last_batch),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.cursor, self.carry = state["epoch"], state["cursor"], list(state["carry"])
+        self.streak = {k: int(v) for k, v in state.get("streak", [])}
+        self.last_batch = list(state.get("last_batch", []))

@@ -7,6 +7,12 @@ warm-up, PPO steps), every `eval.json` (t1 evaluate) and the TITO audit JSON if 
 and writes report.md beside PNG plots (report_*.png): per-step reward, train–inference gap
 with its EMA, explained variance, value and policy loss, clip fraction, entropy; a table of
 the last PPO step's metrics and one row per evaluation (resolved rate, mean reward).
+
+Each step appears once: of the records a resumed stage wrote again for the steps it redid,
+the last attempt's is kept (t1.metrics_log.last_attempt) and the step is marked `(redone)`.
+Every `incidents.jsonl` under the run directory (t1.incidents: corrupt checkpoints and the
+fallbacks that replaced them, restarted children, orphans killed, stages restarted) is listed
+under "Incidents", each distinct record once.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from t1.metrics_log import read_events
+from t1.incidents import read_incidents
+from t1.metrics_log import last_attempt, read_events
+from t1.records import write_atomic
 
 PLOTS: dict[str, list[str]] = {
     "reward": ["reward_mean", "resolved_rate"],
@@ -31,7 +39,7 @@ def collect_events(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """Events by kind, from every metrics.jsonl under `run_dir`, ordered by (step, time)."""
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(run_dir.rglob("metrics.jsonl")):
-        for ev in read_events(path):
+        for ev in last_attempt(read_events(path)):
             ev = dict(ev, _source=str(path.relative_to(run_dir)))
             by_kind.setdefault(str(ev.get("event")), []).append(ev)
     for evs in by_kind.values():
@@ -92,17 +100,25 @@ def render(run_dir: Path, out: Path) -> str:
         reward = json.loads(manifest.read_text()).get("reward")
         if reward:
             lines += [f"Reward: `{reward['kind']}`, scale {reward['scale']:g} (fixed for the run).", ""]
-    lines += ["## Events", "", "| event | count | sources |", "|---|---|---|"]
+    lines += ["## Events", "", "| event | steps | redone | sources |", "|---|---|---|---|"]
     for kind, evs in sorted(events.items()):
         sources = sorted({e["_source"].split("/")[0] for e in evs})
-        lines.append(f"| {kind} | {len(evs)} | {', '.join(sources)} |")
+        redone = sum(1 for e in evs if e.get("redone"))
+        lines.append(f"| {kind} | {len(evs)} | {redone} | {', '.join(sources)} |")
     lines.append("")
+    lines += incidents_section(run_dir)
+    from t1.tasks.ready import report_section  # tasks the pools excluded as not ready offline
+
+    lines += report_section(run_dir)
     if ppo:
         keys = [k for k in ("step", "reward_mean", "resolved_rate", "gap", "gap_ema", "explained_variance",
                             "value_loss", "policy_loss", "clip_fraction", "entropy", "tokens_per_s", "step_time_s") if any(k in e for e in ppo)]
         lines += ["## PPO steps", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
         for ev in ppo:
-            lines.append("| " + " | ".join(_fmt(ev.get(k)) for k in keys) + " |")
+            cells = [_fmt(ev.get(k)) for k in keys]
+            if ev.get("redone"):
+                cells[0] += " (redone)"
+            lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
         for path in plot(ppo, out.parent, out.stem):
             lines += [f"![{path.stem}]({path.name})", ""]
@@ -131,6 +147,36 @@ def render(run_dir: Path, out: Path) -> str:
     return "\n".join(lines)
 
 
+def collect_incidents(run_dir: Path) -> list[dict[str, Any]]:
+    """Every distinct incident record under `run_dir` (the same record reached through two
+    logs, or reported again by a later attempt, once), oldest first, with `_source`."""
+    seen: set[str] = set()
+    out = []
+    for path in sorted(run_dir.rglob("incidents.jsonl")):
+        for rec in read_incidents(path):
+            key = json.dumps({k: v for k, v in rec.items() if k != "time"}, sort_keys=True, default=str)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(dict(rec, _source=str(path.relative_to(run_dir))))
+    return sorted(out, key=lambda r: r.get("time") or 0)
+
+
+_INCIDENT_KEYS = ("kind", "step", "path", "child", "problem", "error", "action")
+
+
+def incidents_section(run_dir: Path) -> list[str]:
+    recs = collect_incidents(run_dir)
+    lines = ["## Incidents", ""]
+    if not recs:
+        return lines + ["none", ""]
+    lines += ["| " + " | ".join(_INCIDENT_KEYS) + " | log |", "|" + "---|" * (len(_INCIDENT_KEYS) + 1)]
+    for r in recs:
+        cells = [_fmt(r.get(k)).replace("|", "/") for k in _INCIDENT_KEYS] + [r["_source"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="campaign config (for the run directory)")
     parser.add_argument("--run-dir", type=Path, help="run directory (default: <results>/<run>)")
@@ -149,8 +195,6 @@ def main(args: argparse.Namespace) -> int:
     out = args.out or run_dir / "report.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     text = render(run_dir, out)
-    tmp = out.with_suffix(".md.tmp")
-    tmp.write_text(text)
-    tmp.replace(out)
+    write_atomic(out, text)
     print(f"report: {out}")
     return 0

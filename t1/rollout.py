@@ -4,12 +4,24 @@
                --tokenizer results/tiny/tokenizer --out results/tiny/rollout
     t1 rollout --config ... --expert --out results/tiny/expert     # reference solutions (SFT)
 
-Each trajectory runs in a fresh sandbox of its task (t1.oracle.open_task_sandbox): the agent
+Each trajectory runs in a fresh sandbox of its task (t1.tasks.env.open_task_sandbox): the agent
 loop (t1.agent) samples turns from the engine and runs their tool calls; the task's verifier
 then runs in the same sandbox and the reward is attached. Over-sampling (t1.oversample)
 launches `rollout.launch` trajectories and admits the first `rollout.admit` to complete; the
-dropped tail is recorded (task ids, turns so far). `collect()` is the library entry point the
-PPO stage calls each step.
+dropped tail is recorded (task ids and paths, turns so far). `collect()` is the library entry
+point the PPO stage calls each step.
+
+Admission needs a trainable record: each trajectory is assembled into TITO streams as soon as
+the agent stops (t1.tito.assemble_or_abort, in `run_one`, before its verifier runs and before
+the over-sampler sees it), so one that cannot be assembled is ABORTED there, frees its
+admission slot for the next to complete, and is counted (`tito_aborted` in rollout.json)
+instead of surfacing at train time.
+
+Reward (t1.reward): with `--run-manifest FILE` the spec pinned there (by `t1 segment`) is
+used, and a config that names another scale is refused; without it, `reward.scale` when > 0,
+else the largest assertion count of the pools the tasks come from. With
+`reward.subtract_noop` each task's no-op passes come from its pool's manifest; a task
+without that record refuses the rollout before anything runs.
 
 Output directory:
   trajectories/NNNN-<task>/   admitted trajectories (t1.trajectory records)
@@ -22,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import threading
 import time
@@ -34,7 +45,16 @@ from t1.agent import AgentOptions, run_agent
 from t1.config import Config, load_config
 from t1.engine.base import Engine, SamplingParams
 from t1.oversample import oversample
-from t1.reward import RewardSpec
+from t1.records import write_json_atomic
+from t1.reward import (
+    RewardError,
+    RewardSpec,
+    pin_reward,
+    pool_of,
+    pool_records,
+    scale_for_pool,
+    task_record,
+)
 from t1.tasks.load import find_tasks, load_task
 from t1.tasks.model import Task
 from t1.trajectory import Status, Trajectory, save_trajectory
@@ -51,6 +71,7 @@ class RolloutBatch:
     dropped_trajectories: list[Trajectory] = field(default_factory=list)  # partial, ABORTED
     launched: int = 0
     seconds: float = 0.0
+    tito_aborted: int = 0  # completed, but not assemblable: aborted before admission
 
     def summary(self) -> dict[str, Any]:
         by_status: dict[str, int] = {}
@@ -63,6 +84,7 @@ class RolloutBatch:
             "launched": self.launched,
             "admitted": len(self.admitted),
             "dropped": len(self.dropped),
+            "tito_aborted": self.tito_aborted,
             "by_status": by_status,
             "mean_reward": sum(rewards) / len(rewards) if rewards else None,
             "resolved": sum(bool(t.metadata.get("resolved")) for t in self.admitted),
@@ -112,10 +134,42 @@ def sampling_of(cfg: Config, seed: int | None) -> SamplingParams:
     )
 
 
-def reward_of(cfg: Config) -> RewardSpec:
-    return RewardSpec(
-        kind=cfg.reward.kind, scale=cfg.reward.scale, subtract_noop=cfg.reward.subtract_noop
-    )
+def reward_of(
+    cfg: Config, tasks: list[Task] = (), manifest: str | Path | None = None
+) -> RewardSpec:
+    """The reward spec of a rollout of `tasks` (see the module docstring); RewardError when it
+    cannot be had (no scale and no pool; subtract_noop on a task without a no-op record)."""
+    r = cfg.reward
+    if manifest is not None:
+        spec = pin_reward(manifest, r.kind, r.scale, r.subtract_noop)
+    elif r.scale > 0 or r.kind == "binary":
+        spec = RewardSpec(kind=r.kind, scale=r.scale or 1.0, subtract_noop=r.subtract_noop)
+    else:
+        pools = {pool_of(t.path) for t in tasks}
+        if not tasks or None in pools:
+            where = next((str(t.path) for t in tasks if pool_of(t.path) is None), "no tasks")
+            raise RewardError(
+                f"reward.scale is 0 (derive it from the pool), but {where} is not in a pool "
+                "(POOL/tasks/<task> with POOL/manifest.json); set reward.scale in the config, "
+                "pass --run-manifest, or roll out pool tasks"
+            )
+        totals = [rec.assertions for pool in pools for rec in pool_records(pool).values()]
+        spec = RewardSpec(kind=r.kind, scale=scale_for_pool(totals), subtract_noop=r.subtract_noop)
+    if spec.subtract_noop:
+        for t in tasks:
+            rec = task_record(t.path)
+            if rec is None or rec.noop_passed is None:
+                raise RewardError(
+                    f"reward.subtract_noop is on, but task {t.path} has no measured no-op score "
+                    "(roll out pool tasks from a pool built with `t1 pool --noop FILE`)"
+                )
+    return spec
+
+
+def noop_of(task: Task) -> tuple[int, int] | None:
+    """The task's no-op (passed, total) from its pool's record, None when there is none."""
+    rec = task_record(task.path)
+    return None if rec is None or rec.noop_passed is None else (rec.noop_passed, rec.noop_total)
 
 
 def run_one(
@@ -126,16 +180,26 @@ def run_one(
     seed: int | None,
     cancel: threading.Event | None = None,
     options: AgentOptions | None = None,
+    reward: RewardSpec | None = None,
 ) -> Trajectory:
-    """One trajectory of `task` in a fresh sandbox; failures become FAILED records."""
+    """One trajectory of `task` in a fresh sandbox; failures become FAILED records.
+
+    When the agent stops, the turns are assembled into TITO streams first: a trajectory that
+    cannot be assembled is ABORTED (metadata `tito_aborted`) without paying for its verifier;
+    otherwise the verifier runs in the same sandbox and the reward is attached. `reward`
+    defaults to `reward_of(cfg, [task])`."""
+    from t1.agent import attach_reward
+    from t1.tito import assemble_or_abort
+
     options = options or AgentOptions()
-    from t1.oracle import task_spec
     from t1.sandbox import open_sandbox, spec_from_config
+    from t1.tasks.env import task_spec
 
     if cancel is not None and cancel.is_set():  # the tail of an over-sampled batch: never started
         return Trajectory(
             task_id=task.id, status=Status.ABORTED, reason="cancelled before it started"
         )
+    reward = reward or reward_of(cfg, [task])
     sb_cfg = cfg.sandbox
     base = spec_from_config(sb_cfg)
     try:
@@ -144,17 +208,31 @@ def run_one(
             spec, output_cap_bytes=base.output_cap_bytes, cow=base.cow, provision=base.provision
         )
         with open_sandbox(spec, sb_cfg.backend) as sandbox:
-            return run_agent(
+            traj = run_agent(
                 task,
                 sandbox,
                 engine,
                 tokenizer,
                 cfg.agent,
                 sampling_of(cfg, seed),
-                reward_of(cfg),
+                reward,
                 cancel,
                 options,
+                verify=False,
             )
+            if traj.status not in (Status.COMPLETED, Status.TRUNCATED):
+                return traj
+            t = cfg.tito
+            if assemble_or_abort(traj, tokenizer, t.normalized_back, t.normalized_ahead) is None:
+                traj.metadata["tito_aborted"] = True
+            elif cancel is not None and cancel.is_set():  # dropped anyway: skip the verifier
+                traj.status, traj.reason = (
+                    Status.ABORTED,
+                    f"cancelled before the verifier ({traj.reason})",
+                )
+            else:
+                attach_reward(traj, task, sandbox, reward, noop_of(task))
+            return traj
     except Exception as e:  # the sandbox would not start, or died under us
         return Trajectory(
             task_id=task.id, status=Status.FAILED, reason=f"sandbox: {type(e).__name__}: {e}"
@@ -169,8 +247,12 @@ def collect(
     admit: int | None = None,
     seed: int | None = None,
     progress: bool = True,
+    reward: RewardSpec | None = None,
 ) -> RolloutBatch:
-    """Launch one trajectory per task (over-sampling), admit the first `admit` to complete."""
+    """Launch one trajectory per task (over-sampling), admit the first `admit` to complete
+    and assemble into TITO streams (`reward` defaults to `reward_of(cfg, tasks)`)."""
+    from t1.engine.fleet import run_resampled
+    reward = reward or reward_of(cfg, tasks)
     admit = min(admit or cfg.rollout.admit, len(tasks))
     deterministic = cfg.run.deterministic
     base_seed = seed if (seed is not None or not deterministic) else cfg.run.seed
@@ -180,7 +262,11 @@ def collect(
     def one(indexed: tuple[int, Task], cancel: threading.Event) -> Trajectory:
         i, task = indexed
         s = None if base_seed is None else base_seed * 100_003 + i
-        return run_one(task, engine, tokenizer, cfg, s, cancel)
+        # on a fleet, a trajectory whose replica died is run again from scratch (t1.engine.fleet)
+        # (run_one assembles each trajectory before admission: t1.tito.assemble_or_abort)
+        return run_resampled(
+            engine, lambda: run_one(task, engine, tokenizer, cfg, s, cancel, reward=reward)
+        )
 
     res = oversample(
         list(enumerate(tasks)),
@@ -198,6 +284,8 @@ def collect(
     for d in res.dropped:
         _, task = d.item
         progress_traj = d.progress if isinstance(d.progress, Trajectory) else None
+        if progress_traj is not None and progress_traj.metadata.get("tito_aborted"):
+            batch.tito_aborted += 1
         if progress_traj is not None and progress_traj.status in (
             Status.COMPLETED,
             Status.TRUNCATED,
@@ -214,8 +302,11 @@ def collect(
         batch.dropped.append(
             {
                 "task": task.id,
+                "path": str(task.path),
                 "turns": len(progress_traj.turns) if progress_traj else 0,
-                "reason": d.reason,
+                "reason": d.reason
+                if progress_traj is None or d.reason == "truncated-tail"
+                else f"{d.reason}: {progress_traj.reason}",
                 "status": progress_traj.status.value if progress_traj else "FAILED",
             }
         )
@@ -235,12 +326,16 @@ def write_batch(batch: RolloutBatch, out: Path, tokenizer_dir: Path | None = Non
             if tokenizer_dir is not None:
                 traj.metadata.setdefault("tokenizer", str(Path(tokenizer_dir).resolve()))
             save_trajectory(traj, out / sub / f"{i:04d}-{traj.task_id}")
-    tmp = out / "rollout.json.tmp"
-    tmp.write_text(json.dumps(batch.summary(), indent=1))
-    tmp.replace(out / "rollout.json")
+    write_json_atomic(out / "rollout.json", batch.summary())
 
 
-def expert_batch(tasks: list[Task], tokenizer, cfg: Config, progress: bool = True) -> RolloutBatch:
+def expert_batch(
+    tasks: list[Task],
+    tokenizer,
+    cfg: Config,
+    progress: bool = True,
+    reward: RewardSpec | None = None,
+) -> RolloutBatch:
     """Reference solutions as multi-turn tool calls, one trajectory per task (all admitted)."""
     from t1.expert import ScriptedEngine, solution_commands
 
@@ -258,7 +353,9 @@ def expert_batch(tasks: list[Task], tokenizer, cfg: Config, progress: bool = Tru
         )
     for task in tasks:
         engine = ScriptedEngine(tokenizer, solution_commands(task))
-        batch.admitted.append(run_one(task, engine, tokenizer, expert_cfg, None, None, options))
+        batch.admitted.append(
+            run_one(task, engine, tokenizer, expert_cfg, None, None, options, reward)
+        )
         if bar:
             bar.tick()
     batch.seconds = time.monotonic() - t0
@@ -285,13 +382,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed", type=int, help="sampling seed (default: run.seed in deterministic mode)"
     )
+    parser.add_argument(
+        "--run-manifest",
+        type=Path,
+        help="the run's manifest: score with the reward spec pinned there (t1 segment pins it)",
+    )
 
 
 def load_tasks(dirs: list[str], seed: int = 0) -> list[Task]:
     """Tasks of task dirs, dirs of tasks, or pools (a dir with a pool manifest.json: its tasks
     in the seeded epoch-0 permutation, never the rank order). A malformed task is an error
     naming its file."""
-    from t1.pool import MANIFEST, PoolLoader
+    from t1.tasks.pool import MANIFEST, PoolLoader
 
     paths: list[Path] = []
     for d in dirs:
@@ -306,22 +408,43 @@ def load_tasks(dirs: list[str], seed: int = 0) -> list[Task]:
 
 
 def main(args: argparse.Namespace) -> int:
+    from t1.lock import LockHeld, hold_output
     from t1.tokenizer import load_tokenizer
 
+    try:  # one writer per rollout directory, for this process's whole life
+        hold_output(args.out, "t1 rollout")
+    except LockHeld as e:
+        print(f"t1 rollout: {e}", file=sys.stderr)
+        return 4
     cfg = load_config(args.config)
     run_dir = Path(cfg.run.results_dir) / cfg.run.name
     tokenizer_dir = args.tokenizer or run_dir / "tokenizer"
     tokenizer = load_tokenizer(tokenizer_dir)
     tasks = load_tasks(args.tasks or cfg.tasks.train_dirs, cfg.run.seed)
+    try:
+        reward = reward_of(cfg, tasks, args.run_manifest)
+    except RewardError as e:
+        print(f"t1 rollout: {e}", file=sys.stderr)
+        return 2
     if args.expert:
-        batch = expert_batch(tasks, tokenizer, cfg)
+        batch = expert_batch(tasks, tokenizer, cfg, reward=reward)
     else:
         from t1.engine import make_engine
 
         launch = args.launch or cfg.rollout.launch
         batch_tasks = [tasks[i % len(tasks)] for i in range(launch)]
+        from t1.engine.fleet import FleetError, after_rollout, before_rollout
+
         engine = make_engine(cfg, args.policy)
-        batch = collect(batch_tasks, engine, tokenizer, cfg, admit=args.admit, seed=args.seed)
+        try:  # a fleet loads the step's policy into every replica first, or the step stops
+            before_rollout(engine, args.policy)
+            batch = collect(
+                batch_tasks, engine, tokenizer, cfg, admit=args.admit, seed=args.seed, reward=reward
+            )
+            after_rollout(engine, args.out)
+        except FleetError as e:
+            print(f"t1 rollout: {e}; nothing admitted, the step stops", file=sys.stderr)
+            return 3
     write_batch(batch, args.out, tokenizer_dir)
     s = batch.summary()
     print(

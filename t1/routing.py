@@ -2,22 +2,28 @@
 
     pytest tests/test_routing.py
 
-Record format (DESIGN §2, R³ row; §3, records on disk)
-------------------------------------------------------
-* A routing record is an array `[tokens, layers, k]` of expert ids, one row per position the
-  model processed, in position order. Stored compact: `uint8` while experts <= 256, else
-  `uint16` (`record_dtype`). At (48 layers, k = 8) that is 384 bytes per token; SGLang's wire
-  format (int32) is 1536.
-* A compact record cannot hold -1 (255 is a real expert id at 256 experts), so positions whose
-  routing the engine did not produce are kept OUT of the compact array: a record that has
-  gaps travels as `(ids, valid)` with `valid` a bool array `[tokens]`, and rows of `ids` where
-  `valid` is False are meaningless (zeros).
-* The trainer's view is `to_replay(ids, valid) -> torch.int16 [tokens, layers, k]` with -1 in
-  every slot of an invalid position ("placeholder: use live routing"). `replay` accepts any
-  integer tensor with that meaning (int16 or int64).
+The routing record format (DESIGN §2, R³ row; §3, records on disk) - the one format
+------------------------------------------------------------------------------------
+Two forms of the same thing, and nothing else:
+
+* Capture form (engine -> trajectory record). What an engine returns for one turn and what
+  the record keeps: `Turn.routing`, a compact array `[rows, layers, k]` of expert ids with
+  `Turn.routing_start`: row r is the routing of position routing_start + r of the turn's
+  prompt + sampled ids (t1.engine.base). Compact = `uint8` while experts <= 256, else
+  `uint16` (`record_dtype`, `compact`): 384 bytes per token at (48 layers, k = 8); SGLang's
+  int32 wire form is 1536. A capture has no gaps, so it needs no mask. On disk the turns'
+  captures are concatenated into the trajectory's `routing.npy` sidecar, each turn's
+  `routing_rows` and `routing_start` in trajectory.jsonl (t1/trajectory.py writes and
+  validates it; a record's schema_version covers it).
+* Stream form (TITO -> trainer). `t1.tito` maps captures onto a training stream's positions:
+  `Segment.routing`, `int16 [T, layers, k]` with -1 in every slot of a position no capture
+  maps onto ("placeholder: use live routing"); collated into `Batch.routing [B, T, L, k]`,
+  padding -1 too. `replay` takes it as is (any integer dtype with that meaning). A compact
+  array cannot hold -1 (255 is a real expert id at 256 experts): that is why placeholders
+  exist only in the stream form, which is built in memory and never stored.
 * SGLang returns `meta_info["routed_experts"]` as base64 of raw little-endian int32, shape
-  `[seq_len - 1 - routed_experts_start_len, layers, top_k]`: `decode_sglang` turns it into a
-  compact record, `encode_sglang` is the inverse (used by `t1 serve`).
+  `[seq_len - 1 - routed_experts_start_len, layers, top_k]`: `decode_sglang` turns it into the
+  capture form, `encode_sglang` is the inverse (used by `t1 serve`).
 
 Capture and replay
 ------------------
@@ -38,23 +44,25 @@ still reach the gate weights. A position is a placeholder when any of its k slot
 load-balancing loss stays off (`router_aux_loss_coef = 0`, `output_router_logits = False`).
 Both work by standing in for each gate's `forward` (`_Tap`) while their block is active; the
 replayed ids are applied before capture sees them, so capturing inside `replay` records them.
+
+Checks that can fail (`RoutingCapture(model, stage=...)`, `mismatch`): inside `replay`,
+stage "live" records the gate's own top-k before the replay overrides it - compared with the
+engine's capture, that is the train-inference routing mismatch R³ exists to remove - and stage
+"used" records the ids the experts module was really called with, which must equal the
+capture wherever it is not a placeholder (with replay off they are the live ids, and the
+check fails). t1.bench.gap.replay_check and the hf trainer (t1/train/hf.py) report both.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import os
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
-
-SCHEMA_VERSION = 1
-
 
 # ---------------------------------------------------------------- record format
 
@@ -87,25 +95,6 @@ def compact(ids: np.ndarray | torch.Tensor, num_experts: int) -> np.ndarray:
     return ids.astype(record_dtype(num_experts), copy=False)
 
 
-def to_replay(ids: np.ndarray, valid: np.ndarray | None = None) -> torch.Tensor:
-    """Compact record `[T, L, k]` (+ optional bool `valid [T]`) -> int16 `[T, L, k]`, -1 = live."""
-    out = torch.from_numpy(np.ascontiguousarray(ids).astype(np.int16))
-    if valid is not None:
-        valid = np.asarray(valid, dtype=bool)
-        if valid.shape != (ids.shape[0],):
-            raise ValueError(f"valid must be [{ids.shape[0]}], got {valid.shape}")
-        out[torch.from_numpy(~valid)] = -1
-    return out
-
-
-def from_replay(routing: torch.Tensor, num_experts: int) -> tuple[np.ndarray, np.ndarray]:
-    """Inverse of `to_replay`: int `[T, L, k]` with -1 rows -> (compact ids, bool valid [T])."""
-    r = routing.detach().cpu()
-    valid = (r >= 0).flatten(1).all(dim=1).numpy()
-    ids = r.clamp(min=0).numpy()
-    return compact(ids, num_experts), valid
-
-
 def decode_sglang(payload: str, layers: int, k: int, num_experts: int) -> np.ndarray:
     """SGLang `meta_info["routed_experts"]` (base64 of int32) -> compact `[tokens, layers, k]`.
 
@@ -128,34 +117,6 @@ def encode_sglang(ids: np.ndarray | torch.Tensor) -> str:
     if isinstance(ids, torch.Tensor):
         ids = ids.detach().cpu().numpy()
     return base64.b64encode(np.ascontiguousarray(ids, dtype="<i4").tobytes()).decode("ascii")
-
-
-def save(path: str | Path, ids: np.ndarray, valid: np.ndarray | None = None) -> None:
-    """Write a record as `.npz` (ids, valid, schema_version) via temp file + rename."""
-    path = Path(path)
-    valid = np.ones(ids.shape[0], bool) if valid is None else np.asarray(valid, bool)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, ids=ids, valid=valid, schema_version=np.int32(SCHEMA_VERSION))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def load(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """Read a record written by `save` -> (ids [T, L, k], valid [T])."""
-    with np.load(path) as z:
-        version = int(z["schema_version"])
-        if version != SCHEMA_VERSION:
-            raise ValueError(f"{path}: routing schema_version {version}, expected {SCHEMA_VERSION}")
-        ids, valid = z["ids"], z["valid"]
-    if ids.ndim != 3 or valid.shape != (ids.shape[0],):
-        raise ValueError(f"{path}: malformed routing record: ids {ids.shape}, valid {valid.shape}")
-    return ids, valid
 
 
 # ---------------------------------------------------------------- the model's gates
@@ -195,10 +156,13 @@ class _Tap:
         self.gate = gate
         self.inner = gate.forward  # the class's bound forward
         self.replay = None  # callable(output) -> output
-        self.sinks: list[list[torch.Tensor]] = []
+        self.sinks: list[list[torch.Tensor]] = []  # the ids the gate returns (after replay)
+        self.live_sinks: list[list[torch.Tensor]] = []  # the gate's own top-k (before replay)
 
     def __call__(self, hidden_states: torch.Tensor):
         out = self.inner(hidden_states)
+        for sink in self.live_sinks:
+            sink.append(out[2])
         if self.replay is not None:
             out = self.replay(out)
         for sink in self.sinks:
@@ -214,32 +178,78 @@ class _Tap:
         return tap
 
     def release(self) -> None:
-        if self.replay is None and not self.sinks and self.gate.__dict__.get("forward") is self:
+        if (
+            self.replay is None
+            and not self.sinks
+            and not self.live_sinks
+            and self.gate.__dict__.get("forward") is self
+        ):
             del self.gate.forward
 
 
-class RoutingCapture:
-    """Keep every gate's top-k ids of each forward, on device, until `collect()`.
+def moe_experts(model: nn.Module) -> list[nn.Module]:
+    """The experts module beside every gate (`mlp.experts`), in layer order."""
+    named = dict(model.named_modules())
+    out = []
+    for name, module in model.named_modules():
+        if name.endswith("mlp.gate") and hasattr(module, "top_k"):
+            experts = named.get(name[: -len("gate")] + "experts")
+            if experts is None:
+                raise ValueError(f"{name}: no `experts` module beside this gate")
+            out.append(experts)
+    return out
 
+
+STAGES = ("routed", "live", "used")
+
+
+class RoutingCapture:
+    """Keep every MoE layer's top-k ids of each forward, on device, until `collect()`.
+
+    `stage` says which ids:
+      routed  what each gate returned: the replayed ids inside `replay` (the default; the
+              engine's capture);
+      live    the gate's own top-k of the live router logits, before any replay: what the
+              layer would have chosen (compared with the engine's capture, the mismatch R3
+              removes);
+      used    the ids the experts module was actually called with (`mlp.experts`' input):
+              proof that replay reached the computation, not only the gate's return value.
     Each forward appends one `[N, k]` tensor per layer (N = flattened tokens of that forward,
     batch-major). `collect()` concatenates them once and returns `[sum N, layers, k]` in
     forward order, then starts afresh. No device sync and no copy happen per forward.
     """
 
-    def __init__(self, model: nn.Module, enabled: bool = True) -> None:
+    def __init__(self, model: nn.Module, enabled: bool = True, stage: str = "routed") -> None:
+        if stage not in STAGES:
+            raise ValueError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
         self.gates = moe_gates(model) if enabled else []
-        self.enabled = enabled
+        self.experts = moe_experts(model) if enabled and stage == "used" else []
+        self.enabled, self.stage = enabled, stage
         self._rows: list[list[torch.Tensor]] = [[] for _ in self.gates]
+        self._hooks: list[Any] = []
 
     def __enter__(self) -> RoutingCapture:
+        if self.stage == "used":
+            for experts, rows in zip(self.experts, self._rows, strict=True):
+                self._hooks.append(
+                    experts.register_forward_pre_hook(_used_hook(rows), with_kwargs=True)
+                )
+            return self
         for gate, rows in zip(self.gates, self._rows, strict=True):
-            _Tap.of(gate).sinks.append(rows)
+            tap = _Tap.of(gate)
+            (tap.live_sinks if self.stage == "live" else tap.sinks).append(rows)
         return self
 
     def __exit__(self, *exc) -> None:
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        if self.stage == "used":
+            return
         for gate, rows in zip(self.gates, self._rows, strict=True):
             tap = _Tap.of(gate)
             tap.sinks = [s for s in tap.sinks if s is not rows]
+            tap.live_sinks = [s for s in tap.live_sinks if s is not rows]
             tap.release()
 
     def collect(self) -> torch.Tensor:
@@ -255,6 +265,27 @@ class RoutingCapture:
         for rows in self._rows:
             rows.clear()
         return torch.stack(per_layer, dim=1)
+
+
+def _used_hook(rows: list[torch.Tensor]):
+    def hook(module, args, kwargs):
+        idx = args[1] if len(args) > 1 else kwargs.get("top_k_index")
+        if idx is None:
+            raise RuntimeError(f"{type(module).__name__} was called without top-k expert ids")
+        rows.append(idx)
+
+    return hook
+
+
+def mismatch(chosen: np.ndarray, record: np.ndarray) -> tuple[int, int]:
+    """(positions whose ids differ in any layer or slot, positions compared) between expert ids
+    `[T, L, k]` and a record `[T, L, k]` with -1 placeholders (those positions are skipped).
+    Slots are compared as sets per layer: the same experts in another order are a match."""
+    record = np.asarray(record)
+    valid = (record >= 0).reshape(len(record), -1).all(axis=1)
+    a = np.sort(np.asarray(chosen)[valid], axis=-1)
+    b = np.sort(record[valid].astype(a.dtype), axis=-1)
+    return int((a != b).reshape(len(a), -1).any(axis=1).sum()), int(valid.sum())
 
 
 @contextlib.contextmanager

@@ -13,15 +13,33 @@ A thin driver; the work of a step is done by the commands it runs (edit `step_co
 
 Global step s of segment i runs for s in [i*K, (i+1)*K) (K = campaign.steps_per_segment);
 PREV is step s-1's `train` directory, or `--from` for s = 0. The step's batch comes from a
-`t1.oversample.BatchPlanner` over the train pool (a reproducible permutation per epoch from
-run.seed; tasks dropped by over-sampling carried to the front of the next batch); its state
-after each step (epoch, cursor, carry-over) is saved atomically in the step directory as
-`data.json`, so a resumed segment plans exactly the batches an uninterrupted one would.
+`t1.oversample.BatchPlanner` over the train pool (the pool's epoch order, t1.tasks.pool: a
+reproducible permutation per epoch from run.seed, never the rank order; tasks dropped by
+over-sampling carried to the front of the next batch); its state after each step (epoch,
+cursor, carry-over) is saved atomically in the step directory as `data.json`, so a resumed
+segment plans exactly the batches an uninterrupted one would.
+
+Carry-over is keyed by task path (rollout.json's dropped rows carry it), and a task dropped or
+failed `rollout.max_carry` steps in a row goes back to the pool's normal order.
+
+Reward: before its first step the driver pins the run's reward spec in RUN/manifest.json
+(t1.reward.pin_reward: `reward.scale`, or 0 = the train pool's largest assertion count), and
+every rollout scores with it (`--run-manifest`). A resumed campaign whose config names
+another scale stops here with exit 2 and a message naming both scales.
 
 Idempotent however often it is rerun: a step whose `train/DONE.json` exists is skipped; a
 rollout without its `rollout.json` is removed and redone; `t1 train` resumes from its own
-`trainer.pt`. After each step, `trainer.pt` of all but the newest `campaign.keep_checkpoints`
-finished steps is deleted (policy weights and metrics stay).
+checkpoint, and when the previous step's checkpoint is corrupt it redoes that step from the one
+before (t1/train/ppo.py). After each step, the checkpoints (train/ckpt) of all but the newest
+`campaign.keep_checkpoints` (>= 2) finished steps are deleted (weights, metrics and incidents
+stay).
+
+Crash safety (`take_over`, before the first step): one driver per segment (ITER_DIR/
+.t1-writer.lock); the children of a killed earlier driver (ITER_DIR/children.json: pid, start
+time, command line) are killed; every child dies with the driver (PR_SET_PDEATHSIG); the
+campaign's inputs (pinned config, train pool manifest, tokenizer, and for segment 0 the SFT
+actor and warm critic) are checked against the hashes the first segment recorded in
+RUN/manifest.json (t1.pinning): a changed input stops the segment naming it.
 
 Under `t1 supervise`: child output counts as a heartbeat (the trainer may also call
 `t1.supervise.heartbeat()`); on SIGUSR2/SIGTERM a running `t1 train` gets SIGUSR2 (it
@@ -35,15 +53,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
+from t1.lock import PidFile, die_with_parent
+from t1.records import write_json_atomic
 from t1.supervise.child import EXIT_REQUEUE, StopRequest, heartbeat
 
 SCHEMA_VERSION = 1
@@ -53,26 +71,18 @@ def step_dir(run_dir: Path, step: int) -> Path:
     return run_dir / "ppo" / "steps" / f"step_{step:06d}"
 
 
-def pool_tasks(pool_dir: Path) -> list[str]:
-    """Task directories of a pool, in its rank order (manifest.json: "tasks" of str or
-    {"path"|"dir": str}; relative paths are relative to the pool directory)."""
-    manifest = pool_dir / "manifest.json"
+def pool_order(pool_dir: Path, seed: int):
+    """The pool's epoch order as task directories: `order(epoch) -> [dir, ...]` (the one
+    epoch order of t1.tasks.pool: seeded per epoch, never the rank order)."""
+    from t1.tasks.pool import PoolLoader
+
     try:
-        data = json.loads(manifest.read_text())
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"t1 segment: {manifest}: cannot read the pool manifest ({e})") from None
-    out = []
-    for item in data.get("tasks", []):
-        path = item if isinstance(item, str) else item.get("path") or item.get("dir")
-        out.append(str(path if Path(path).is_absolute() else pool_dir / path))
-    if not out:
-        raise SystemExit(f"t1 segment: {manifest}: no tasks")
-    return out
-
-
-def epoch_order(tasks: list[str], seed: int, epoch: int) -> list[str]:
-    """The epoch's permutation: reproducible from (seed, epoch), different every epoch."""
-    return random.Random(f"t1-pool:{seed}:{epoch}").sample(tasks, len(tasks))
+        loader = PoolLoader(pool_dir, seed)
+    except ValueError as e:
+        raise SystemExit(f"t1 segment: {e}") from None
+    if not len(loader):
+        raise SystemExit(f"t1 segment: {loader.dir / 'manifest.json'}: no tasks")
+    return lambda epoch: [str(t.path) for t in loader.epoch(epoch)]
 
 
 def t1_command() -> list[str]:
@@ -92,11 +102,14 @@ def step_commands(
     seed: int,
     tokenizer: str | None,
     critic: str | None,
+    run_manifest: Path | None = None,
 ) -> dict[str, list[str]]:
     """The two commands of one PPO step (the flags the rollout and train owners define)."""
     tok = ["--tokenizer", tokenizer] if tokenizer else []
     rollout = ["t1", "rollout", "--config", cfg_path, "--policy", str(prev / "actor"), *tok]
     rollout += ["--tasks", *batch, "--launch", str(len(batch)), "--seed", str(seed)]
+    if run_manifest is not None:
+        rollout += ["--run-manifest", str(run_manifest)]
     rollout += ["--out", str(sdir / "rollout")]
     train = ["t1", "train", "--config", cfg_path, "--stage", "ppo", "--in", str(sdir / "rollout")]
     train += ["--from", str(prev), "--out", str(sdir / "train"), *tok]
@@ -105,21 +118,19 @@ def step_commands(
     return {"rollout": rollout, "train": train}
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)  # --out's folder need not exist yet
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def _dropped_dirs(rollout_json: Path, batch: list[str]) -> list[str]:
-    """Task directories of the dropped tail, mapped back by task id (= directory name)."""
-    by_name = {Path(t).name: t for t in batch}
+    """Task directories of the dropped tail (failures included), one per dropped launch,
+    mapped back to the batch's entries by resolved path (two tasks may share a name)."""
+    by_path = {str(Path(t).resolve()): t for t in batch}
     rows = json.loads(rollout_json.read_text()).get("dropped_tasks", [])
-    return [by_name[r["task"]] for r in rows if r.get("task") in by_name]
+    out = []
+    for r in rows:
+        if r.get("path") is None:
+            raise SystemExit(f"t1 segment: {rollout_json}: a dropped row without its task path")
+        key = str(Path(r["path"]).resolve())
+        if key in by_path:
+            out.append(by_path[key])
+    return out
 
 
 class Driver:
@@ -133,13 +144,26 @@ class Driver:
         self.k = args.steps or self.cfg.campaign.steps_per_segment
         self.stop: StopRequest | None = None
         pool = Path(args.pool or self.run_dir / "pool" / "train")
-        tasks = pool_tasks(pool)
-        seed = self.cfg.run.seed
         self.planner = BatchPlanner(
-            order=lambda e: epoch_order(tasks, seed, e),
+            order=pool_order(pool, self.cfg.run.seed),
             launch=self.cfg.rollout.launch,
             carry_dropped=self.cfg.rollout.carry_dropped,
+            max_carry=self.cfg.rollout.max_carry,
         )
+        self.pool = pool
+        self.manifest = self.run_dir / "manifest.json"
+
+    def pin_reward(self) -> None:
+        """Pin the run's reward spec (first segment) or check the config against it."""
+        from t1.reward import RewardError, pin_reward
+
+        r = self.cfg.reward
+        try:
+            spec = pin_reward(self.manifest, r.kind, r.scale, r.subtract_noop, pool=self.pool)
+        except RewardError as e:
+            print(f"t1 segment: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
+        print(f"reward: {spec} (pinned in {self.manifest})", flush=True)
 
     def steps(self) -> range:
         i = self.args.iter
@@ -173,7 +197,14 @@ class Driver:
             seed = self.cfg.run.seed * 1_000_003 + s
             critic = self.args.critic if s == 0 else None
             cmds = step_commands(
-                self.args.config, self.prev_of(s), sdir, batch, seed, self.args.tokenizer, critic
+                self.args.config,
+                self.prev_of(s),
+                sdir,
+                batch,
+                seed,
+                self.args.tokenizer,
+                critic,
+                self.manifest,
             )
             if self.args.dry_run:
                 self.planner.record_dropped([])
@@ -189,8 +220,14 @@ class Driver:
             rc = self.call("train", cmds["train"])
             if rc:
                 return rc
-            self.planner.record_dropped(_dropped_dirs(rollout_json, batch))
-            _write_json(
+            given_up = self.planner.record_dropped(_dropped_dirs(rollout_json, batch))
+            if given_up:
+                print(
+                    f"step {s}: dropped {self.cfg.rollout.max_carry} steps in a row, back to "
+                    f"the pool's order: {', '.join(given_up)}",
+                    flush=True,
+                )
+            write_json_atomic(
                 sdir / "data.json",
                 {
                     "schema_version": SCHEMA_VERSION,
@@ -206,8 +243,8 @@ class Driver:
                 return EXIT_REQUEUE
         if not self.args.dry_run:
             last = self.steps()[-1]
-            _write_json(
-                Path(self.args.out),
+            write_json_atomic(
+                Path(self.args.out),  # its folder need not exist yet
                 {
                     "schema_version": SCHEMA_VERSION,
                     "status": "complete",
@@ -219,6 +256,8 @@ class Driver:
             )
         return 0
 
+    children: PidFile | None = None  # the running child, for the next attempt to reap
+
     def call(self, what: str, cmd: list[str]) -> int:
         """Run one command; its output is a heartbeat; a stop request is passed on."""
         if self.stop is not None and self.stop.requested:
@@ -226,7 +265,11 @@ class Driver:
         print(f"$ {' '.join(cmd)}", flush=True)
         heartbeat()
         argv = t1_command() + cmd[1:] if cmd[:1] == ["t1"] else cmd
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(  # dies with this driver, even by SIGKILL (t1.lock)
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+        )
+        if self.children is not None:
+            self.children.add(what, proc.pid)
         assert proc.stdout is not None
         os.set_blocking(proc.stdout.fileno(), False)
         forwarded = False
@@ -247,6 +290,8 @@ class Driver:
                 forwarded = True
                 proc.send_signal(signal.SIGUSR2 if what == "train" else signal.SIGTERM)
             time.sleep(0.1)
+        if self.children is not None:
+            self.children.remove(what)
         if forwarded and rc != 0:
             return EXIT_REQUEUE
         if rc:
@@ -260,7 +305,9 @@ class Driver:
     def prune(self, s: int) -> None:
         """Delete the trainer checkpoints (train/ckpt, and a legacy train/trainer.pt) of finished
         steps older than the newest `keep_checkpoints`; their policy weights and metrics stay."""
-        keep = max(1, self.cfg.campaign.keep_checkpoints)
+        keep = self.cfg.campaign.keep_checkpoints
+        if keep < 2:  # the newest checkpoint may prove corrupt: keep the step before it too
+            raise SystemExit(f"t1 segment: campaign.keep_checkpoints is {keep}; it must be >= 2")
         for train in (self.run_dir / "ppo" / "steps").glob("step_*/train"):
             old = int(train.parent.name.split("_")[1])
             if old > s - keep or not (train / "DONE.json").exists():
@@ -290,8 +337,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
 
 
+def take_over(driver: Driver) -> None:
+    """Before the first step: one driver per segment (ITER_DIR/.t1-writer.lock, not inherited),
+    kill what a previous attempt's driver left running (ITER_DIR/children.json), and check the
+    campaign's inputs against the hashes its first segment recorded (t1.pinning)."""
+    from t1.lock import LockHeld, PidFile, hold_output
+    from t1.pinning import InputsChanged, pin_inputs
+
+    iter_dir = Path(driver.args.out).parent
+    if driver.cfg.campaign.keep_checkpoints < 2:
+        raise SystemExit(
+            "t1 segment: campaign.keep_checkpoints must be >= 2 (a corrupt newest checkpoint "
+            f"falls back to the step before it), got {driver.cfg.campaign.keep_checkpoints}"
+        )
+    try:
+        driver.lock = hold_output(iter_dir, "t1 segment", wait_s=10, inherit=False)
+    except LockHeld as e:
+        raise SystemExit(f"t1 segment: {e}") from None
+    driver.children = PidFile(iter_dir / "children.json")
+    for k in driver.children.reap():
+        print(f"t1 segment: killed pid {k['pid']} ({k['name']}) left by a previous attempt")
+    args = driver.args
+    inputs = {"config": args.config, "train_pool": Path(args.pool or driver.run_dir / "pool/train")}
+    inputs["train_pool"] = inputs["train_pool"] / "manifest.json"
+    if args.tokenizer:
+        inputs["tokenizer"] = args.tokenizer
+    if args.iter == 0:  # read by the first step only
+        inputs["sft_actor"] = Path(args.source) / "actor"
+        if args.critic:
+            inputs["critic_warmup"] = Path(args.critic) / "critic"
+    driver.pin_reward()  # first: a changed reward.scale is named as such, not as a changed config
+    try:
+        pin_inputs(driver.run_dir / "manifest.json", inputs)
+    except InputsChanged as e:
+        raise SystemExit(f"t1 segment: {e}") from None
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.dry_run:  # the allocation's plan (t1/plan.py); the batches too once the pool exists
+        from t1.plan import pool_ready, print_plan
+
+        rc = print_plan(args)
+        if rc or not pool_ready(args):
+            return rc
     driver = Driver(args)
     if not args.dry_run:
         driver.stop = StopRequest()
+        take_over(driver)
     return driver.run()

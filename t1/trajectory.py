@@ -19,7 +19,11 @@ On disk, a directory:
                      prompt + sampled + appended ids, then sampled ids, then appended ids
                      (so a 300-turn trajectory does not store 300 copies of its prefix)
   logprobs.npy       float32 [sum of sampled]
-  routing.npy        uint8 | uint16 [sum of routing rows, layers, k] (absent if no capture)
+  engine_ids.npy     int32 [sum of engine ids]: each turn's output ids exactly as the engine
+                     returned them (absent for records without them). Nothing downstream
+                     writes them; TITO's drift check compares the loss ids against them.
+  routing.npy        uint8 | uint16 [sum of routing rows, layers, k] (absent if no capture):
+                     the routing record format of t1/routing.py, per turn
 The directory is written under a temporary name and renamed into place; a half-written
 trajectory is never visible under its final name.
 """
@@ -37,7 +41,8 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: engine_ids (version 1 records still load, without them)
+READABLE_VERSIONS = (1, 2)
 KIND = "t1.trajectory"
 HEADER_FILE = "trajectory.jsonl"
 
@@ -84,6 +89,8 @@ class Turn:
     routing_start  int              first position with a routing row
     appended_ids   int32 [a]        ids our loop appended after sampled_ids for the next
                                     prompt (empty on the last turn)
+    engine_ids     int32 [g] | None the engine's raw output ids as it returned them (the
+                                    reference of TITO's drift check; None = not recorded)
     observation    str              the (capped) tool output shown to the model
     finish_reason  str              stop | length | abort (the engine's)
     """
@@ -98,11 +105,14 @@ class Turn:
     finish_reason: str = "stop"
     command: str | None = None  # the parsed bash command, if any
     error: str | None = None  # why the tool call was malformed, if it was
+    engine_ids: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.prompt_ids = _ids(self.prompt_ids)
         self.sampled_ids = _ids(self.sampled_ids)
         self.appended_ids = _ids(self.appended_ids)
+        if self.engine_ids is not None:
+            self.engine_ids = _ids(self.engine_ids)
         self.logprobs = np.asarray(self.logprobs, dtype=np.float32).reshape(-1)
         if self.routing is not None:
             self.routing = np.asarray(self.routing)
@@ -190,6 +200,7 @@ def save_trajectory(traj: Trajectory, path: str | Path) -> Path:
                 "appended": int(len(t.appended_ids)),
                 "routing_start": int(t.routing_start),
                 "routing_rows": None if t.routing is None else int(t.routing.shape[0]),
+                "engine_ids": None if t.engine_ids is None else int(len(t.engine_ids)),
                 "finish_reason": t.finish_reason,
                 "observation": t.observation,
                 "command": t.command,
@@ -200,9 +211,14 @@ def save_trajectory(traj: Trajectory, path: str | Path) -> Path:
     tok = np.concatenate(tokens) if tokens else np.zeros(0, np.int32)
     lp = np.concatenate([t.logprobs for t in traj.turns]) if traj.turns else np.zeros(0, np.float32)
     routed = [t.routing for t in traj.turns if t.routing is not None]
+    raw = [t.engine_ids for t in traj.turns if t.engine_ids is not None]
+    eng = np.concatenate(raw) if raw else None
     sidecars: dict[str, Any] = {
         "tokens": {"file": "tokens.npy", "dtype": "int32", "shape": list(tok.shape)},
         "logprobs": {"file": "logprobs.npy", "dtype": "float32", "shape": list(lp.shape)},
+        "engine_ids": None
+        if eng is None
+        else {"file": "engine_ids.npy", "dtype": "int32", "shape": list(eng.shape)},
         "routing": None,
     }
     rt = None
@@ -232,6 +248,8 @@ def save_trajectory(traj: Trajectory, path: str | Path) -> Path:
         np.save(tmp / "logprobs.npy", lp)
         if rt is not None:
             np.save(tmp / "routing.npy", rt)
+        if eng is not None:
+            np.save(tmp / "engine_ids.npy", eng)
         with open(tmp / HEADER_FILE, "w") as f:
             for obj in [header, *lines]:
                 f.write(json.dumps(obj, ensure_ascii=False) + "\n")
@@ -276,9 +294,10 @@ def read_header(path: str | Path) -> dict[str, Any]:
         raise TrajectoryError(f"{file}: header is not JSON: {e}") from None
     if header.get("kind") != KIND:
         raise TrajectoryError(f"{file}: not a trajectory (kind {header.get('kind')!r})")
-    if header.get("schema_version") != SCHEMA_VERSION:
+    if header.get("schema_version") not in READABLE_VERSIONS:
         raise TrajectoryError(
-            f"{file}: schema_version {header.get('schema_version')!r}, this code reads {SCHEMA_VERSION}"
+            f"{file}: schema_version {header.get('schema_version')!r}, this code reads "
+            f"{', '.join(map(str, READABLE_VERSIONS))}"
         )
     return header
 
@@ -296,8 +315,9 @@ def load_trajectory(path: str | Path) -> Trajectory:
     tok = _load_sidecar(path, side["tokens"], "tokens")
     lp = _load_sidecar(path, side["logprobs"], "logprobs")
     rt = _load_sidecar(path, side["routing"], "routing") if side["routing"] else None
+    eng = _load_sidecar(path, side["engine_ids"], "engine_ids") if side.get("engine_ids") else None
     turns: list[Turn] = []
-    o = lo = ro = 0
+    o = lo = ro = eo = 0
     prev = np.zeros(0, np.int32)
     for i, ln in enumerate(lines):
         if ln.get("turn") != i:
@@ -317,6 +337,12 @@ def load_trajectory(path: str | Path) -> Trajectory:
                     f"{file}: turn {i} has {rows} routing rows beyond the sidecar"
                 )
             routing, ro = rt[ro : ro + rows], ro + rows
+        n_eng = ln.get("engine_ids")
+        engine_ids = None
+        if n_eng is not None:
+            if eng is None or eo + n_eng > len(eng):
+                raise TrajectoryError(f"{file}: turn {i} has {n_eng} engine ids beyond the sidecar")
+            engine_ids, eo = eng[eo : eo + n_eng], eo + n_eng
         turn = Turn(
             prompt_ids=prompt,
             sampled_ids=sampled,
@@ -328,11 +354,17 @@ def load_trajectory(path: str | Path) -> Trajectory:
             finish_reason=ln.get("finish_reason", "stop"),
             command=ln.get("command"),
             error=ln.get("error"),
+            engine_ids=engine_ids,
         )
         lo += g
         turns.append(turn)
         prev = np.concatenate([prompt, sampled, appended])
-    if o != len(tok) or lo != len(lp) or (rt is not None and ro != len(rt)):
+    if (
+        o != len(tok)
+        or lo != len(lp)
+        or (rt is not None and ro != len(rt))
+        or (eng is not None and eo != len(eng))
+    ):
         raise TrajectoryError(f"{file}: sidecars hold more than the turns describe")
     try:
         status = Status(header["status"])

@@ -25,10 +25,10 @@ from t1.config import AgentConfig, Config
 from t1.engine.base import GenerateResult, SamplingParams
 from t1.engine.local import LocalEngine
 from t1.expert import ScriptedEngine
-from t1.oracle import open_task_sandbox
 from t1.oversample import CancelToken
 from t1.reward import RewardSpec
 from t1.rollout import expert_batch
+from t1.tasks.env import open_task_sandbox
 from t1.tito import assemble
 from t1.tokenizer import bpe_tokenizer
 from t1.trajectory import Status
@@ -246,7 +246,7 @@ def test_missing_routing_aborts_with_reason(task, tok, random_engine):
 
 @pytest.mark.slow
 def test_expert_trajectories_resolve_every_example_task(tasks, tok):
-    batch = expert_batch(tasks, tok, Config(), progress=False)
+    batch = expert_batch(tasks, tok, Config(), progress=False, reward=DENSE)
     rows = {
         t.task_id: (t.status.value, t.reason, t.metadata.get("passed"), t.metadata.get("total"))
         for t in batch.admitted
@@ -258,3 +258,86 @@ def test_expert_trajectories_resolve_every_example_task(tasks, tok):
         assert all(t.routing is None for t in traj.turns)  # the expert has no router
         asm = assemble(traj.turns, tok)
         assert set(asm.relations) <= {"strict"} and asm.audit.drift_tokens == 0
+
+
+class _LosesOneRoutingRow:
+    """A real engine with one fault injected: on one trajectory's second turn it returns the
+    routing without its first row (an off-by-one in routed_experts_start_len, a bug class of
+    prefix-cached engines). That row belongs to the previous turn's last sampled token, so
+    TITO cannot assemble the trajectory: a loss position would have no routing."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.broken = inner, None
+
+    def generate(self, requests):
+        out = self.inner.generate(requests)
+        for req, res in zip(requests, out, strict=True):
+            if res.routing is not None and req.routing_start > 0:
+                if self.broken in (None, req.session_id):
+                    self.broken = req.session_id
+                    res.routing, res.routing_start = res.routing[1:], res.routing_start + 1
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_trajectory_tito_cannot_assemble_frees_its_admission_slot(tasks, tok, tag_engine):
+    """Assembled when it completes, before admission: the broken trajectory (launched first)
+    is ABORTED with the TITO error, dropped and counted, and the next one takes its slot."""
+    from t1.rollout import collect
+
+    cfg = Config()
+    cfg = dataclasses.replace(
+        cfg,
+        run=dataclasses.replace(cfg.run, deterministic=True, seed=3),
+        engine=dataclasses.replace(cfg.engine, max_new_tokens=32),
+        agent=dataclasses.replace(cfg.agent, max_turns=2),
+        rollout=dataclasses.replace(cfg.rollout, workers=1),
+    )
+    fast = {t.id: t for t in tasks}  # the seed tasks whose verifiers are quickest
+    batch_tasks = [fast["stats-debug"], fast["word-frequency"], fast["stats-debug"]]
+    batch = collect(
+        batch_tasks, _LosesOneRoutingRow(tag_engine), tok, cfg, admit=2, progress=False,
+        reward=DENSE,
+    )  # fmt: skip
+    s = batch.summary()
+    assert (s["launched"], s["admitted"], s["dropped"], s["tito_aborted"]) == (3, 2, 1, 1)
+    (row,) = s["dropped_tasks"]
+    assert row["status"] == "ABORTED" and "not admissible: tito:" in row["reason"]
+    assert "no routing capture for sampled token" in row["reason"]
+    assert row["path"] == str(batch_tasks[0].path)
+    assert all(t.status in (Status.COMPLETED, Status.TRUNCATED) for t in batch.admitted)
+    assert all(len(t.turns) == 2 for t in batch.admitted)  # both multi-turn, both assembled
+
+
+def test_drift_is_measured_against_the_engines_own_ids(task, tok, random_engine):
+    """The record keeps the engine's raw output ids apart from `sampled_ids`. A stream built
+    from re-tokenized sampled ids (decode, then encode: the merges differ) agrees with
+    itself, so only the comparison with the engine's ids can see the drift."""
+    from t1.tito import Audit, TitoError, audit_outputs
+
+    traj = _run(
+        task, random_engine, tok, AgentConfig(max_turns=1), SamplingParams(1.0, max_new_tokens=48, seed=5)
+    )  # fmt: skip
+    (turn,) = traj.turns
+    assert np.array_equal(turn.engine_ids, turn.sampled_ids)
+    assert assemble(traj.turns, tok).audit.drift_tokens == 0
+    # Break it: the sampled text re-encoded, as a text-level pipeline would. A random policy
+    # samples pieces the BPE merges differently when it encodes their text, so the ids change.
+    text = tok.decode(turn.sampled_ids.tolist(), skip_special_tokens=False)
+    again = np.asarray(tok.encode(text, add_special_tokens=False), np.int32)
+    assert not np.array_equal(again, turn.sampled_ids), "re-encoding changed nothing"
+    redone = [
+        dataclasses.replace(turn, sampled_ids=again, logprobs=np.zeros(len(again)), routing=None)
+    ]
+    with pytest.raises(TitoError, match="drifted loss tokens"):
+        assemble(redone, tok)
+    # the same stream checked against itself (the old check: no engine ids) sees no drift
+    blind = [dataclasses.replace(redone[0], engine_ids=None)]
+    asm = assemble(blind, tok)
+    audit = Audit()
+    audit_outputs(asm.segments, redone, audit)
+    assert asm.audit.drift_tokens == 0 and audit.drift_tokens > 0
+    print(f"re-tokenized turn: {len(turn.sampled_ids)} engine ids -> {len(again)} ids, "
+          f"drift {audit.drift_tokens} of {audit.loss_tokens} loss tokens")  # fmt: skip

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from shared_fixtures import requires_bwrap
 
-from t1.oracle import open_task_sandbox
 from t1.tasks import load_task
+from t1.tasks.env import open_task_sandbox
 
 TASKS = Path(__file__).resolve().parents[1] / "workflow" / "tasks"
 

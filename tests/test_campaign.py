@@ -56,8 +56,8 @@ def test_cli_merges_files_in_order(tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "t1.campaign",
-        "config",
+        "t1.cli",
+        "run-config",
         "--base",
         str(tmp_path / "a.yaml"),
         str(tmp_path / "b.yaml"),

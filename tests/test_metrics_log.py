@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from t1.metrics_log import SCHEMA_VERSION, MetricsLog, read_events
+from t1.metrics_log import SCHEMA_VERSION, MetricsLog, last_attempt, read_events
 
 
 def test_events_round_trip_with_schema_and_nan_as_null(tmp_path):
@@ -37,3 +37,21 @@ def test_tensorboard_scalars_written(tmp_path):
     with MetricsLog(tmp_path, tensorboard=True) as log:
         log.write("ppo_step", step=0, gap=0.1, per={"a": 1})
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_a_resumed_stage_writes_a_new_attempt_and_readers_keep_the_last(tmp_path):
+    with MetricsLog(tmp_path, tensorboard=False) as log:
+        for step in (1, 2, 3):
+            log.write("sft_step", step, loss=float(step))
+    with open(tmp_path / "metrics.jsonl", "a") as f:  # killed mid-line
+        f.write('{"schema_version": 1, "event": "sft_st')
+    with MetricsLog(tmp_path, tensorboard=False) as log:  # resumed from the step-1 checkpoint
+        assert log.attempt == 2
+        for step in (2, 3, 4):
+            log.write("sft_step", step, loss=10.0 * step)
+    events = read_events(tmp_path)  # the torn line was cut off, nothing malformed inside
+    assert [(e["step"], e["attempt"]) for e in events] == [(1, 1), (2, 1), (3, 1), (2, 2), (3, 2), (4, 2)]
+    kept = last_attempt(events)
+    assert [(e["step"], e["loss"], e.get("redone")) for e in kept] == [
+        (1, 1.0, None), (2, 20.0, 1), (3, 30.0, 1), (4, 40.0, None)
+    ]  # fmt: skip

@@ -17,18 +17,11 @@ import pytest
 from shared_fixtures import requires_bwrap
 
 from t1.cli import main
-from t1.oracle import (
-    ROW_KEYS,
-    format_table,
-    needs_build,
-    run_many,
-    run_solution,
-    run_task,
-    task_spec,
-)
+from t1.oracle import ROW_KEYS, format_table, run_many, run_task
 from t1.reward import RewardSpec
 from t1.sandbox import Limits
 from t1.tasks import find_tasks, load_task
+from t1.tasks.env import needs_build, open_task_sandbox, run_solution, task_spec
 from t1.verifier import score_in_sandbox
 
 REPO = Path(__file__).resolve().parents[1]
@@ -197,14 +190,14 @@ def test_broken_rows_carry_errors_and_the_others_still_run():
 @requires_bwrap
 def test_tests_arrive_only_with_the_verifier():
     """Before scoring, neither /tests nor the solution is in the sandbox; after, the outcome is read."""
-    from t1.oracle import open_task_sandbox
 
     task = load_task(BROKEN / "verifier-crash")
     with open_task_sandbox(task) as sb:
         assert sb.exec("ls /tests /solution /oracle 2>&1; true").output.count("No such file") == 3
         assert run_solution(task, sb) is None
         result = score_in_sandbox(task, sb)
-        assert sb.exec("test -f /tests/test.sh").exit_code == 0
+        # the tests went into the verifier's compartment only, never into the agent's view
+        assert sb.exec("test -f /tests/test.sh").exit_code != 0
     assert (
         result.total == 0
         and result.source == "none"
@@ -226,7 +219,6 @@ def test_agent_exports_do_not_reach_the_verifier(tmp_path):
     """An exported PATH with a fake `curl` (whose "uv installer" plants a `uvx` that passes
     everything) must not fool the verifier: it runs under the sandbox's starting environment.
     Files and processes the agent left behind still reach it, as in any harness."""
-    from t1.oracle import open_task_sandbox
     from t1.verifier import score_in_sandbox
 
     task = load_task(TASKS / "stats-debug")

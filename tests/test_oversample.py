@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -38,7 +39,9 @@ def test_admits_first_k_by_completion_and_cancels_tail():
 
 def test_deterministic_admits_in_launch_order():
     durations = {"a": 0.3, "b": 0.02, "c": 0.02, "d": 0.02}
-    res = oversample(list(durations), _runner(durations, []), admit=2, workers=4, deterministic=True)
+    res = oversample(
+        list(durations), _runner(durations, []), admit=2, workers=4, deterministic=True
+    )
     assert [i for i, _ in res.admitted] == [0, 1]
     assert [d.item for d in res.dropped] == ["c", "d"]
 
@@ -74,8 +77,54 @@ def test_batch_planner_carries_dropped_to_front_and_round_trips():
 
 
 def test_inadmissible_results_do_not_take_admission_slots():
-    res = oversample(["bad", "x", "y", "z"], lambda i, c: i, admit=2, workers=1,
-                     admissible=lambda v: v != "bad", deterministic=True)
+    res = oversample(
+        ["bad", "x", "y", "z"],
+        lambda i, c: i,
+        admit=2,
+        workers=1,
+        admissible=lambda v: v != "bad",
+        deterministic=True,
+    )
     assert [v for _, v in res.admitted] == ["x", "y"]
     bad = [d for d in res.dropped if d.item == "bad"][0]
     assert bad.reason == "not admissible" and bad.progress == "bad"
+
+
+def test_carry_over_gives_up_after_max_carry_drops_in_a_row():
+    """A task that always fails is carried 2 times, then goes back to the pool's order; the
+    streak survives a state round trip and is broken by one admitted run."""
+    order = lambda epoch: ["bad", "a", "b", "c", "d", "e"]  # noqa: E731
+    p = BatchPlanner(order=order, launch=2, max_carry=3)
+    fronts = []
+    for _ in range(5):
+        batch = p.next_batch()
+        fronts.append(batch[0])
+        given_up = p.record_dropped([x for x in batch if x == "bad"])
+        p.load_state_dict(json.loads(json.dumps(p.state_dict())))  # as data.json does
+    # launched at 0, carried to steps 1 and 2, given up after its third drop in a row; it comes
+    # again where the pool's order puts it (first of epoch 1), with a fresh streak
+    assert fronts == ["bad", "bad", "bad", "d", "bad"] and given_up == []
+    p = BatchPlanner(order=order, launch=2, max_carry=3)
+    for dropped in (["bad"], ["bad"], []):  # admitted at the third try: the streak ends
+        assert p.next_batch()[0] == "bad"
+        assert p.record_dropped(dropped) == []
+    assert p.streak == {}
+    # without the limit (the old behaviour) it would lead every batch forever
+    p = BatchPlanner(order=order, launch=2, max_carry=10**9)
+    for _ in range(5):
+        assert p.next_batch()[0] == "bad"
+        p.record_dropped(["bad"])
+
+
+def test_carry_over_is_keyed_by_path_not_name(tmp_path):
+    """Two tasks with the same name in different directories are carried as themselves."""
+    from t1.segment import _dropped_dirs
+
+    a, b = str(tmp_path / "x" / "same"), str(tmp_path / "y" / "same")
+    rollout = tmp_path / "rollout.json"
+    rows = [{"task": "same", "path": b, "reason": "failed: sandbox"}]
+    rollout.write_text(json.dumps({"dropped_tasks": rows}))
+    assert _dropped_dirs(rollout, [a, b]) == [b]
+    rows.append({"task": "same", "path": a, "reason": "truncated-tail"})
+    rollout.write_text(json.dumps({"dropped_tasks": rows}))
+    assert _dropped_dirs(rollout, [a, b]) == [b, a]

@@ -8,8 +8,9 @@ import shutil
 
 import pytest
 
-from t1.pool import PoolLoader, build_pool, main
 from t1.synth import draft
+from t1.tasks.pool import PoolLoader, epoch_order
+from t1.tasks.pool_build import add_arguments, build_pool, main
 
 
 @pytest.fixture
@@ -123,8 +124,6 @@ def test_existing_pool_is_refused(tasks, tmp_path):
 def test_cli(tasks, tmp_path, capsys):
     import argparse
 
-    from t1.pool import add_arguments
-
     p = argparse.ArgumentParser()
     add_arguments(p)
     assert main(p.parse_args(["--in", str(tasks), "--out", str(tmp_path / "pc")])) == 0
@@ -146,11 +145,24 @@ def test_loader_shuffles_per_epoch_reproducibly(tasks, tmp_path):
         or PoolLoader(tmp_path / "pool", seed=9).order(0) != orders[0]
     )
     assert [t.rank for t in a.epoch(2)] == orders[2]
-    flat = [t.rank for batch in a.batches(3, 2) for t in batch]
-    assert flat == orders[3]
-    assert [t.rank for batch in a.batches(3, 2, start=3) for t in batch] == orders[3][3:]
+    assert orders == [epoch_order(n, 7, e) for e in range(6)]  # the one epoch order
     with pytest.raises(TypeError):
         iter(a)
+
+
+def test_epoch_order_never_hands_out_the_ranking():
+    """The guard: where the seeded shuffle alone gives the ranking, the order reshuffles."""
+    hits = []
+    for seed in range(200):
+        idx = [0, 1, 2]
+        random.Random(f"t1-pool:{seed}:0").shuffle(idx)  # the first draw, unguarded
+        if idx == [0, 1, 2]:
+            hits.append(seed)
+    assert len(hits) > 10  # about 1 in 6 draws is the ranking itself
+    assert all(epoch_order(3, seed, 0) != [0, 1, 2] for seed in hits)
+    assert all(sorted(epoch_order(3, seed, 0)) == [0, 1, 2] for seed in hits)
+    # two tasks have two orders only: the ranking stays allowed, or epochs could not differ
+    assert {tuple(epoch_order(2, s, 0)) for s in range(20)} == {(0, 1), (1, 0)}
 
 
 def test_loader_refuses_incomplete_manifest(tmp_path):
@@ -160,3 +172,23 @@ def test_loader_refuses_incomplete_manifest(tmp_path):
     )
     with pytest.raises(ValueError, match="not a complete pool manifest"):
         PoolLoader(tmp_path / "p", 0)
+
+
+def test_loader_reads_minimal_entries_and_names_a_bad_one(tmp_path):
+    """A manifest task needs only its path (relative to the pool, or absolute)."""
+    p = tmp_path / "p"
+    p.mkdir()
+    tasks = [{"path": "tasks/a"}, {"path": str(tmp_path / "elsewhere" / "b")}, {"path": "c"}]
+    (p / "manifest.json").write_text(
+        json.dumps({"schema_version": 1, "status": "complete", "tasks": tasks})
+    )
+    loader = PoolLoader(p, 5)
+    by_rank = sorted(loader.epoch(0), key=lambda t: t.rank)
+    assert [t.path for t in by_rank] == [p / "tasks/a", tmp_path / "elsewhere/b", p / "c"]
+    assert [t.id for t in by_rank] == ["a", "b", "c"] and by_rank[0].category == "unknown"
+    tasks.append({"id": "no-path"})
+    (p / "manifest.json").write_text(
+        json.dumps({"schema_version": 1, "status": "complete", "tasks": tasks})
+    )
+    with pytest.raises(ValueError, match=r"manifest.json: tasks\[3\] has no path"):
+        PoolLoader(p, 5)

@@ -56,6 +56,7 @@ def _config(path, results, **rollout) -> str:
                 "engine": {"max_new_tokens": 32, "max_batch": 8},
                 "agent": {"max_turns": 2, "context_tokens": 2048},
                 "rollout": rollout,
+                "reward": {"scale": 10},  # workflow/tasks is not a pool to size it on
             }
         )
     )
@@ -179,6 +180,11 @@ def test_replay_reproduces_rollout_routing_and_logprobs(rollout, tok):
     assert r["gap_replay"] < 0.02
     assert r["gap_replay_max"] < 0.5
     assert r["gap_replay"] <= r["gap_live"]
+    # The guard broken (replay off): the experts used are the live ones, which differ from the
+    # engine's, and the max threshold above fails (t1.bench.gap.replay_check, t1.routing).
+    off = replay_check(policy, segments, replay=False)
+    assert off["replay_mismatch"] == off["live_differs"] > 0
+    assert off["gap_replay_max"] >= 0.5
 
 
 def test_dropped_tasks_are_carried_to_the_front_of_the_next_batch(tmp_path, tok):

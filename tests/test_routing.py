@@ -54,19 +54,49 @@ def test_sglang_round_trip_and_255_is_an_expert():
         routing.decode_sglang(minus, layers=3, k=2, num_experts=256)
 
 
-def test_replay_view_round_trip(tmp_path):
-    ids = routing.compact(np.random.default_rng(1).integers(0, 8, size=(5, 4, 2)), 8)
-    valid = np.array([True, False, True, True, False])
-    view = routing.to_replay(ids, valid)
-    assert view.dtype == torch.int16
-    assert (view[1] == -1).all() and (view[4] == -1).all()
-    assert torch.equal(view[0].long(), torch.from_numpy(ids[0]).long())
-    ids2, valid2 = routing.from_replay(view, 8)
-    assert np.array_equal(valid2, valid)
-    assert np.array_equal(ids2[valid], ids[valid])
-    routing.save(tmp_path / "r.npz", ids, valid)
-    ids3, valid3 = routing.load(tmp_path / "r.npz")
-    assert ids3.dtype == np.uint8 and np.array_equal(ids3, ids) and np.array_equal(valid3, valid)
+def test_the_npz_record_format_is_gone():
+    """One routing record format (t1/routing.py docstring): the capture form in trajectory
+    records, the int16 stream form with -1 in TITO; no second on-disk format beside them."""
+    for name in ("save", "load", "to_replay", "from_replay"):
+        assert not hasattr(routing, name), name
+
+
+def test_mismatch_skips_placeholders_and_ignores_slot_order():
+    rec = np.array([[[0, 1]], [[2, 3]], [[-1, -1]], [[4, 5]]], np.int16)
+    same = np.array([[[1, 0]], [[2, 3]], [[7, 7]], [[4, 5]]])  # slot order and a placeholder
+    assert routing.mismatch(same, rec) == (0, 3)
+    other = same.copy()
+    other[3, 0, 1] = 6
+    assert routing.mismatch(other, rec) == (1, 3)
+
+
+def test_live_and_used_stages_under_replay(model):
+    """Inside replay, "live" is the gate's own choice (before replay) and "used" what the
+    experts module was called with; without replay both are the live choice."""
+    ids = torch.randint(0, VOCAB, (1, 10))
+    live, _ = _forward(model, ids)
+    forced = (live + 3) % 8
+    forced[0, 4] = -1  # a placeholder: routed live there
+    with (
+        torch.no_grad(),
+        routing.RoutingCapture(model, stage="live") as pre,
+        routing.RoutingCapture(model, stage="used") as used,
+        routing.replay(model, forced),
+    ):
+        model(ids)
+    pre_ids, used_ids = pre.collect().view(1, 10, 4, 2), used.collect().view(1, 10, 4, 2)
+    rec = forced[0].numpy()
+    assert routing.mismatch(used_ids[0].numpy(), rec) == (0, 9)  # replay reached the experts
+    assert torch.equal(pre_ids[0, :, 0], live[0, :, 0])  # layer 0: same input, live choice
+    assert routing.mismatch(pre_ids[0].numpy(), rec)[0] == 9  # it is not the replayed one
+    assert torch.equal(used_ids[0, 4], pre_ids[0, 4])  # the placeholder routes live
+    with torch.no_grad(), routing.RoutingCapture(model, stage="used") as used:
+        model(ids)  # no replay: the experts get the live ids
+    assert torch.equal(used.collect().view(1, 10, 4, 2), live)
+    with pytest.raises(ValueError, match="stage"):
+        routing.RoutingCapture(model, stage="after")
+    assert all("forward" not in gate.__dict__ for gate in routing.moe_gates(model))
+    assert all(not e._forward_pre_hooks for e in routing.moe_experts(model))
 
 
 def test_capture_covers_every_layer_and_position(model):

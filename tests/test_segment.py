@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from t1.oversample import BatchPlanner
-from t1.segment import epoch_order
+from t1.tasks.pool import epoch_order
 
 TASKS = [f"task-{c}" for c in "abcde"]
 
@@ -22,9 +22,10 @@ TASKS = [f"task-{c}" for c in "abcde"]
 @pytest.fixture
 def run(tmp_path) -> Path:
     (tmp_path / "pool/train").mkdir(parents=True)
-    manifest = {"schema_version": 1, "tasks": [{"path": t} for t in TASKS]}
+    manifest = {"schema_version": 1, "status": "complete", "tasks": [{"path": t} for t in TASKS]}
     (tmp_path / "pool/train/manifest.json").write_text(json.dumps(manifest))
     cfg = "run: {name: t, seed: 3}\nrollout: {launch: 3}\ncampaign: {steps_per_segment: 2}\n"
+    cfg += "reward: {scale: 10}\n"  # the hand-made pool records no assertion counts
     (tmp_path / "config.yaml").write_text(cfg)
     return tmp_path
 
@@ -60,10 +61,15 @@ def test_plan_of_the_first_segment(run):
     rc, steps, out = plan(run, 0)
     assert rc == 0, out
     pool = [str(run / "pool/train" / t) for t in TASKS]
-    planner = BatchPlanner(order=lambda e: epoch_order(pool, 3, e), launch=3)
+
+    def order(e: int) -> list[str]:  # the pool's one epoch order (t1.tasks.pool), as dirs
+        return [pool[i] for i in epoch_order(len(pool), 3, e)]
+
+    planner = BatchPlanner(order=order, launch=3)
     assert [s["batch"] for s in steps] == [planner.next_batch(), planner.next_batch()]
-    assert steps[1]["batch"][2] == epoch_order(pool, 3, 1)[0]  # the epoch rolled over
-    assert epoch_order(pool, 3, 0) != epoch_order(pool, 3, 1)  # reshuffled every epoch
+    assert steps[1]["batch"][2] == order(1)[0]  # the epoch rolled over
+    assert order(0) != order(1)  # reshuffled every epoch
+    assert order(0) != pool and order(1) != pool  # never the rank order
     s0, s1 = steps
     assert s0["prev"] == str(run / "sft") and s1["prev"] == str(run / "ppo/steps/step_000000/train")
     assert s0["train"][-2:] == ["--critic", str(run / "warm")] and "--critic" not in s1["train"]

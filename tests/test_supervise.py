@@ -313,6 +313,31 @@ def test_children_die_with_a_killed_supervisor(tmp_path):
         time.sleep(0.05)
 
 
+def test_a_new_supervisor_kills_what_a_killed_one_left(tmp_path):
+    """The child dies with its SIGKILLed supervisor, but a grandchild in its process group (a
+    trainer without a parent-death signal) lives on; the next supervisor on the workdir finds
+    it through WORKDIR/children.json and kills it before it starts its own children."""
+    wd, gc_file = tmp_path / "wd", tmp_path / "grandchild.pid"
+    code = f"sleep 3600 & echo $! > {gc_file}; wait"
+    p = supervise("--workdir", str(wd), *FAST, "--", "sh", "-c", code)
+    end = time.time() + 30
+    while not gc_file.exists() or not gc_file.read_text().strip():
+        assert time.time() < end
+        time.sleep(0.05)
+    grandchild = int(gc_file.read_text())
+    p.kill()
+    p.wait()
+    time.sleep(0.5)
+    assert "zombie" not in _proc_state(grandchild), "nothing was left to reap: no test"
+    rc, out = run_supervise("--workdir", str(wd), *FAST, "--", "true")
+    assert rc == EXIT_DONE, out
+    end = time.time() + 5
+    while "zombie" not in _proc_state(grandchild):
+        assert time.time() < end, "the orphan outlived the next supervisor's start"
+        time.sleep(0.05)
+    assert "orphan_killed" in kinds(wd)
+
+
 def _proc_state(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()

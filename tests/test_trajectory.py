@@ -117,3 +117,25 @@ def test_schema_version_and_shapes_checked_on_load(tmp_path):
 def test_status_members_are_the_four_outcomes():
     assert [s.value for s in Status] == ["COMPLETED", "TRUNCATED", "ABORTED", "FAILED"]
     assert "over-sampling" in Status.__doc__
+
+
+def test_engine_ids_round_trip_apart_from_sampled_ids(tmp_path):
+    """The engine's raw output ids are their own sidecar: a record whose sampled ids were
+    rewritten still carries what the engine returned (TITO's drift reference)."""
+    t = _traj()
+    t.turns[0].engine_ids = t.turns[0].sampled_ids.copy()
+    t.turns[1].engine_ids = np.array([9, 9, 9, 9, 9], np.int32)  # differs, and longer
+    u = load_trajectory(save_trajectory(t, tmp_path / "e"))
+    assert np.array_equal(u.turns[0].engine_ids, t.turns[0].sampled_ids)
+    assert np.array_equal(u.turns[1].engine_ids, [9] * 5) and len(u.turns[1].sampled_ids) == 4
+    assert (tmp_path / "e" / "engine_ids.npy").is_file()
+    header = json.loads((tmp_path / "e" / "trajectory.jsonl").read_text().splitlines()[0])
+    assert header["schema_version"] == 2
+    # a version-1 record (no engine ids) still loads, without them
+    v1 = save_trajectory(_traj(), tmp_path / "v1")
+    lines = (v1 / "trajectory.jsonl").read_text().splitlines()
+    head = json.loads(lines[0])
+    head["schema_version"] = 1
+    del head["sidecars"]["engine_ids"]
+    (v1 / "trajectory.jsonl").write_text("\n".join([json.dumps(head), *lines[1:]]) + "\n")
+    assert all(turn.engine_ids is None for turn in load_trajectory(v1).turns)

@@ -232,3 +232,184 @@ def test_v1_same_shell_runs_where_the_agent_left_off(tmp_path):
     (task_dir / "task.yaml").write_text(text)
     cmd = verifier_command(load_task(task_dir))
     assert cmd.startswith("env PYTEST_ADDOPTS=") and "cd " not in cmd
+
+
+# --------------------------------------------------------------------------- the hardened harness
+
+HARNESS = REPO / "t1" / "verifier_harness.py"
+
+
+@pytest.fixture(scope="module")
+def harness_run(tmp_path_factory):
+    """The compartment's runner on the same test file: outcomes through its pipe only."""
+    import sysconfig
+
+    from t1.verifier import merge_records
+
+    root = tmp_path_factory.mktemp("harness")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_outputs.py").write_text(
+        TEST_FILE + "\ndef test_fixture_ok(tmp_path):\n    pass\n"
+    )
+    (root / "tests" / "conftest.py").write_text(
+        "import pytest\n\n@pytest.fixture\ndef own():\n    return 1\n"
+    )
+    (root / "conftest.py").write_text(  # a planted conftest above the tests: must not load
+        "import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+        "    o = yield\n    r = o.get_result()\n    r.outcome = 'passed'\n    r.longrepr = None\n"
+    )
+    (root / "pytest.ini").write_text("[pytest]\naddopts = -p no:nonexistent\n")  # must not be read
+    (root / "ini.ini").write_text("[pytest]\n")
+    r_fd, w_fd = os.pipe()
+    site = sysconfig.get_paths()["purelib"]
+    cmd = [sys.executable, "-I", "-S", str(HARNESS), "--fd", str(w_fd), "--site", site, "--",
+           str(root / "tests" / "test_outputs.py"), "-c", str(root / "ini.ini"), "--rootdir",
+           str(root / "tests"), "--confcutdir", str(root / "tests"), "-p", "no:cacheprovider", "-rA"]  # fmt: skip
+    env = {"PATH": os.environ["PATH"], "PYTEST_ADDOPTS": "-p nonexistent_plugin", "HOME": str(root)}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    env.pop("PYTEST_ADDOPTS")  # the compartment's env has none (harness_env drops them)
+    proc = subprocess.Popen(
+        cmd, cwd=root, env=env, pass_fds=[w_fd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    os.close(w_fd)
+    data = b""
+    while chunk := os.read(r_fd, 65536):
+        data += chunk
+    os.close(r_fd)
+    out = proc.communicate(timeout=120)[0].decode()
+    import json
+
+    records = [json.loads(line) for line in data.decode().splitlines()]
+    return records, merge_records(records), out
+
+
+def test_harness_channel_gives_every_outcome_and_an_end_line(harness_run):
+    records, (assertions, problem), out = harness_run
+    assert problem is None, out
+    assert records[-1] == {"end": True, "exitstatus": 1, "collected": 11}
+    got = {a.name: a.outcome for a in assertions}
+    assert got == {
+        **EXPECTED,
+        "test_outputs::TestGroup::test_skip": "skipped",
+        "test_outputs::TestGroup::test_xpass": "xpass",
+        "test_outputs::test_fixture_ok": "passed",
+    }, out
+
+
+def test_merge_records_teardown_error_fails_a_pass_and_a_missing_end_is_a_problem():
+    from t1.verifier import merge_records
+
+    recs = [
+        {"name": "test_a.py::t", "when": "call", "outcome": "passed"},
+        {"name": "test_a.py::t", "when": "teardown", "outcome": "error"},
+        {"name": "test_a.py::u", "when": "setup", "outcome": "skipped"},
+    ]
+    assertions, problem = merge_records([*recs, {"end": True, "exitstatus": 1}])
+    assert assertions == [Assertion("test_a::t", "error"), Assertion("test_a::u", "skipped")]
+    assert problem is None
+    assert "without its end record" in merge_records(recs)[1]
+    # records after the end line are not read (nothing may append to a finished report)
+    late = merge_records(
+        [*recs, {"end": True}, {"name": "x.py::y", "when": "call", "outcome": "passed"}]
+    )
+    assert len(late[0]) == 2
+    assert "malformed" in merge_records([{"name": 3, "outcome": "passed"}])[1]
+
+
+def test_reports_with_other_names_or_counts_are_tampered():
+    from t1.verifier import check_against
+
+    want = ["test_outputs::test_a", "test_outputs::test_b", "test_outputs::test_c"]
+    honest = VerifierResult([Assertion(n, "passed") for n in want], source="junit")
+    assert check_against(honest, want) is honest
+    assert check_against(honest, None) is honest
+    forged = VerifierResult(
+        [Assertion(n, "passed") for n in [*want, *(f"test_outputs::test_{i}" for i in range(997))]],
+        source="junit",
+    )
+    assert forged.passed == 1000  # what the forged report claims ...
+    t = check_against(forged, want)
+    assert t.tampered and "reported 1000 assertions" in t.tampered and "recorded 3" in t.tampered
+    assert (t.passed, t.total, t.resolved) == (0, 3, False)  # ... and what it is worth
+    assert len(t.reported) == 1000
+    renamed = VerifierResult([Assertion("test_outputs::test_x", "passed")] * 3, source="summary")
+    t = check_against(renamed, want)
+    assert t.tampered and "missing: test_outputs::test_a" in t.tampered and t.passed == 0
+
+
+def test_recorded_names_come_from_the_pool_manifest(tmp_path):
+    import json
+    import shutil
+
+    from t1.verifier import recorded_names
+
+    pool = tmp_path / "pool"
+    shutil.copytree(REPO / "workflow/tasks/csv-summary", pool / "tasks" / "00000-csv-summary")
+    names = ["test_outputs::test_total_revenue", "test_outputs::test_top_product"]
+    manifest = {"schema_version": 1, "status": "complete", "tasks": [
+        {"rank": 0, "id": "csv-summary", "path": "tasks/00000-csv-summary", "assertions": 2,
+         "assertion_names": names}]}  # fmt: skip
+    (pool / "manifest.json").write_text(json.dumps(manifest))
+    assert recorded_names(load_task(pool / "tasks" / "00000-csv-summary")) == names
+    assert recorded_names(load_task(REPO / "workflow/tasks/csv-summary")) is None
+
+
+def test_pytest_plan_reads_targets_and_specs_from_the_script():
+    from t1.verifier import pytest_plan
+
+    targets, specs = pytest_plan(load_task(REPO / "workflow/tasks/csv-summary"))
+    assert targets == ["/tests/test_outputs.py"]
+    assert "pytest==8.4.1" in specs and "pytest-json-ctrf==0.3.5" in specs
+    targets, specs = pytest_plan(load_task(REPO / "workflow/tasks/git-release"))  # $TEST_DIR/...
+    assert targets == ["/tests/test_outputs.py"] and "pytest==8.4.1" in specs
+    assert pytest_plan(load_task(REPO / "tests/data/attacks/honest-reward-file")) is None
+
+
+def test_harness_env_drops_what_changes_reporting_and_keeps_the_task_env():
+    from t1.verifier import harness_env
+
+    base = {"PATH": "/evil:/usr/bin", "PYTEST_ADDOPTS": "-p evil", "PYTEST_PLUGINS": "evil",
+            "LD_PRELOAD": "/x.so", "BASH_ENV": "/x.sh", "PYTHONPATH": "/app/lib", "REPORT_DIR": "/r"}  # fmt: skip
+    env = harness_env(load_task(REPO / "workflow/tasks/csv-summary"), base)
+    assert not {"PYTEST_ADDOPTS", "PYTEST_PLUGINS", "LD_PRELOAD", "BASH_ENV"} & set(env)
+    assert env["PATH"].split(":")[0] == "/opt/t1/bin" and "/evil" not in env["PATH"]
+    # the harness runs with -I (PYTHON* ignored); the tests' subprocesses still get them
+    assert env["PYTHONPATH"] == "/app/lib" and env["REPORT_DIR"] == "/r"
+    assert env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1" and env["TEST_DIR"] == "/tests"
+
+
+def test_compartment_args_private_tests_logs_harness_and_loader(tmp_path):
+    from t1.sandbox.base import SandboxSpec
+    from t1.sandbox.bwrap import Plan
+    from t1.sandbox.compartment import HOST_VIEW, compartment_args
+    from t1.sandbox.overlay import Overlay
+
+    plan = Plan(root=tmp_path, workdir_host=tmp_path / "wd", logs_host=tmp_path / "logs")
+    plan.overlays = {d: Overlay(lowers=[Path("/" + d)], merged=tmp_path / "mnt" / d, upper=tmp_path / "u" / d)
+                     for d in ("usr", "etc", "var")}  # fmt: skip
+    spec = SandboxSpec(workdir="/app")
+    a = compartment_args(
+        plan, spec, True, tmp_path / "T", tmp_path / "L", tmp_path / "H", share_net=True
+    )
+    pairs = {(a[i], a[i + 2]): a[i + 1] for i in range(len(a) - 2) if a[i].startswith("--")}
+    assert a[:3] == ["bwrap", "--die-with-parent", "--cap-drop"] and "ALL" in a
+    assert "--unshare-pid" in a and "--unshare-net" not in a  # the agent's services answer
+    assert pairs[("--bind", "/tests")] == str(tmp_path / "T")
+    assert pairs[("--bind", "/logs/verifier")] == str(tmp_path / "L")
+    assert a.index("/logs/verifier") > a.index("/logs")  # bound over the agent's /logs
+    assert pairs[("--ro-bind", f"{HOST_VIEW}/usr")] == "/usr"
+    assert pairs[("--ro-bind", "/etc/ld.so.preload")] == "/dev/null"
+    assert pairs[("--bind", "/usr")] == str(tmp_path / "mnt" / "usr")  # tests see the agent's /usr
+    a = compartment_args(
+        plan, spec, True, tmp_path / "T", tmp_path / "L", tmp_path / "H", share_net=False
+    )
+    assert "--unshare-net" in a
+
+
+def test_pristine_argv_runs_the_hosts_python_by_its_own_loader():
+    from t1.sandbox.compartment import HOST_VIEW, Pristine
+
+    argv = Pristine.detect().argv("/usr/bin/python3")
+    assert argv[0].startswith(HOST_VIEW + "/usr/") and "ld-linux" in argv[0]
+    assert argv[1] == "--library-path" and all(p.startswith(HOST_VIEW) for p in argv[2].split(":"))
+    assert argv[3] == HOST_VIEW + os.path.realpath("/usr/bin/python3")

@@ -6,6 +6,7 @@
     t1 bench ckpt                      (t1/bench/ckpt.py)
     t1 bench gap                       (t1/bench/gap.py: train-inference gap, 3 settings)
     t1 bench critic                    (t1/bench/critic.py: warm-up vs cold critic EV curves)
+    t1 bench gpu                       (t1/bench/gpu.py: megatron backend, replay on/off, one GPU)
 
 Each benchmark module defines `add_arguments(parser)` and `main(args) -> int`. Figures go into
 LOG.md with the date and the command; tests never assert timings.
@@ -16,7 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCHMARKS = ("sandbox", "rollout", "train", "ckpt", "gap", "critic")
+BENCHMARKS = ("sandbox", "rollout", "train", "ckpt", "gap", "critic", "gpu")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

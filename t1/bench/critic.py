@@ -45,13 +45,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from t1.records import write_json_atomic
 
 SCHEMA_VERSION = 1
 ARMS = ("warm", "cold")
@@ -239,10 +240,7 @@ def _clean(x: Any) -> Any:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(_clean(data), indent=1, default=str) + "\n")
-    os.replace(tmp, path)
+    write_json_atomic(path, _clean(data), default=str)  # NaN/inf are not JSON: _clean them
 
 
 def _curve_record(curve: list[dict[str, Any]]) -> dict[str, Any]:

@@ -27,8 +27,11 @@ side is an fp32 copy of the same weights, one full-sequence forward per stream. 
 (b) TITO without R3: the assembled streams (t1.tito), live routing in the trainer.
 (c) TITO with R3: the same streams, the rollout's routing replayed (t1.routing.replay).
 
-Also reported for (b)/(c): the share of positions whose live fp32 routing differs from the
-engine's at any layer (without replay), and that it is 0 under replay.
+Also reported for (b)/(c), from the forward under replay: the share of positions whose live
+fp32 routing - the gate's own top-k, recorded before the replay overrides it - differs from
+the engine's capture at any layer (the mismatch R3 removes), and the positions where the
+experts the MoE layers were actually called with differ from the capture (0 while replay
+works; `replay_check(..., replay=False)` shows it equal to the live mismatch).
 
 Policy. Without --policy, the config's tiny MoE is initialised and warm-started with
 `--sft-steps` steps of SFT on expert trajectories of the example tasks (reference solutions
@@ -41,11 +44,8 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import json
 import math
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,10 +57,13 @@ import torch
 from t1 import chat
 from t1 import routing as rt
 from t1.ppo.metrics import train_inference_gap
+from t1.records import write_json_atomic
+from t1.reward import RewardSpec
 from t1.tito import Segment, TitoError, assemble
 from t1.trajectory import Status, Trajectory
 
 TRAINED = (Status.COMPLETED, Status.TRUNCATED)
+BENCH_REWARD = RewardSpec("dense", 10.0)  # the rewards play no part in the gap
 
 
 # ------------------------------------------------------------------ trainer-side forwards
@@ -68,21 +71,25 @@ TRAINED = (Status.COMPLETED, Status.TRUNCATED)
 
 def forward_logp(
     policy: torch.nn.Module, ids: Sequence[int], routing: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One full-sequence forward: (logp [T] of each id given the ids before it, 0 at t = 0;
-    expert ids the gates used [T, L, k]). `routing` int [T, L, k] (-1 = live) replays."""
+    the gates' live top-k before any replay [T, L, k]; the expert ids the experts modules
+    were called with [T, L, k]). `routing` int [T, L, k] (-1 = live) replays."""
     from t1.train.hf import token_logp
 
     x = torch.tensor([list(ids)], dtype=torch.long)
-    with torch.no_grad(), rt.RoutingCapture(policy) as cap:
+    with (
+        torch.no_grad(),
+        rt.RoutingCapture(policy, stage="live") as live,
+        rt.RoutingCapture(policy, stage="used") as used,
+    ):
         if routing is None:
             logits = policy(input_ids=x, use_cache=False).logits
         else:
             r = torch.as_tensor(np.asarray(routing), dtype=torch.int16)[None]
             with rt.replay(policy, r):
                 logits = policy(input_ids=x, use_cache=False).logits
-        chosen = cap.collect()
-    return token_logp(logits, x)[0].numpy(), chosen.numpy()
+    return token_logp(logits, x)[0].numpy(), live.collect().numpy(), used.collect().numpy()
 
 
 def _gap(logp_train: np.ndarray, logp_rollout: np.ndarray, mask: np.ndarray) -> tuple[float, int]:
@@ -115,12 +122,17 @@ class _Pool:
         return self.sum / self.n if self.n else math.nan
 
 
-def replay_check(policy: torch.nn.Module, segments: Sequence[Segment]) -> dict[str, Any]:
+def replay_check(
+    policy: torch.nn.Module, segments: Sequence[Segment], replay: bool = True
+) -> dict[str, Any]:
     """Settings (b) and (c) on TITO segments, and the R3 replay check (issue 3 acceptance).
 
-    For each segment with a routing record: forward with replay and without. Returns counts
-    (`positions` with a record, `replay_mismatch` of them whose replayed expert ids differ
-    from the record, `live_differs` whose live routing differs at any layer) and the gaps
+    For each segment with a routing record: one forward with replay (`replay=False` breaks
+    the guard on purpose: the "replayed" forward then routes live) and one without. Counts,
+    over the non-placeholder positions (`positions`): `live_differs`, where the gates' own
+    live top-k in the replayed forward (before replay) differs from the record - the
+    mismatch R3 removes; `replay_mismatch`, where the experts actually called in that forward
+    differ from the record - 0 while replay works, `live_differs` with it off. Also the gaps
     with / without replay (mean over the loss region, and the max |delta logp|).
     """
     out = {"segments": 0, "positions": 0, "loss_tokens": 0, "replay_mismatch": 0}
@@ -129,14 +141,13 @@ def replay_check(policy: torch.nn.Module, segments: Sequence[Segment]) -> dict[s
     for seg in segments:
         if seg.routing is None:
             continue
-        valid = seg.routing[:, 0, 0] >= 0  # a placeholder is -1 in every slot
-        record = seg.routing.astype(np.int64)
-        lp_r, chosen_r = forward_logp(policy, seg.ids, seg.routing)
-        lp_l, chosen_l = forward_logp(policy, seg.ids)
+        lp_r, live, used = forward_logp(policy, seg.ids, seg.routing if replay else None)
+        lp_l, _, _ = forward_logp(policy, seg.ids)
+        n_live, n = rt.mismatch(live, seg.routing)
         out["segments"] += 1
-        out["positions"] += int(valid.sum())
-        out["replay_mismatch"] += int((chosen_r[valid] != record[valid]).any(axis=(1, 2)).sum())
-        out["live_differs"] += int((chosen_l[valid] != record[valid]).any(axis=(1, 2)).sum())
+        out["positions"] += n
+        out["replay_mismatch"] += rt.mismatch(used, seg.routing)[0]
+        out["live_differs"] += n_live
         mask = seg.loss_mask
         for pool, lp in ((with_r3, lp_r), (without, lp_l)):
             g, n = _gap(lp, seg.logprobs, mask)
@@ -222,7 +233,7 @@ def retokenized_gap(
     ids = chat.encode(tokenizer, full)
     r_off = nbytes.offsets(ids)
     at = {int(o): j for j, o in enumerate(r_off)}
-    lp_train, _ = forward_logp(policy, ids)
+    lp_train, _, _ = forward_logp(policy, ids)
     train, rollout = [], []
     sampled = 0
     k = 0
@@ -297,6 +308,51 @@ def measure(policy: torch.nn.Module, trajs: Sequence[Trajectory], tokenizer) -> 
             "replay_mismatch": bc["replay_mismatch"],
         },
         "routed_positions": bc["positions"],
+        "guards": guard_checks(policy, [t for t in used if t.turns], segments, tokenizer),
+    }
+
+
+def guard_checks(
+    policy: torch.nn.Module, trajs: Sequence[Trajectory], segments: Sequence[Segment], tokenizer
+) -> dict[str, Any]:
+    """The replay and drift checks on the same rollouts with their guard on and off.
+
+    replay: experts used vs the engine's capture with replay (on) and without (off);
+    drift: the loss ids of each turn's stream against the engine's own output ids, for the
+    sampled ids as recorded (on) and re-tokenized - decoded, then encoded again, as a
+    text-level pipeline does (off) - and, for the re-tokenized stream, the old check that
+    compared the loss ids with the ids the stream was built from (it sees nothing)."""
+    from t1.tito import Audit, audit_outputs
+    from t1.trajectory import Turn
+
+    on = replay_check(policy, segments)
+    off = replay_check(policy, segments, replay=False)
+    drift = {"loss_tokens": 0, "on": 0, "off": 0, "off_old_check": 0, "turns_retokenized": 0}
+    for traj in trajs:
+        for t in traj.turns:
+            engine = t.sampled_ids if t.engine_ids is None else t.engine_ids
+            text = tokenizer.decode(t.sampled_ids.tolist(), skip_special_tokens=False)
+            again = chat.encode(tokenizer, text)
+            drift["turns_retokenized"] += again != t.sampled_ids.tolist()
+            for key, ids in (("on", t.sampled_ids), ("off", again)):
+                blind = Turn(t.prompt_ids, ids, np.zeros(len(ids), np.float32))
+                segs = assemble([blind], tokenizer).segments
+                audit = Audit()
+                audit_outputs(segs, [dataclasses.replace(blind, engine_ids=engine)], audit)
+                drift[key] += audit.drift_tokens
+                if key == "off":
+                    drift["off_old_check"] += assemble([blind], tokenizer).audit.drift_tokens
+                else:
+                    drift["loss_tokens"] += audit.loss_tokens
+    return {
+        "replay_mismatch_on": on["replay_mismatch"],
+        "replay_mismatch_off": off["replay_mismatch"],
+        "live_mismatch_on": on["live_differs"],
+        "live_mismatch_off": off["live_differs"],
+        "routed_positions": on["positions"],
+        "gap_max_on": on["gap_replay_max"],
+        "gap_max_off": off["gap_replay_max"],
+        "drift": drift,
     }
 
 
@@ -374,7 +430,7 @@ def _sample(
     }
     t0 = time.monotonic()
     if args.sft_steps > 0:
-        experts = expert_batch(tasks, tokenizer, cfg).admitted
+        experts = expert_batch(tasks, tokenizer, cfg, reward=BENCH_REWARD).admitted
         info["sft_losses"] = warm_start(policy, experts, tokenizer, args.sft_steps)
     info["sft_s"] = time.monotonic() - t0
     cfg = dataclasses.replace(
@@ -389,7 +445,15 @@ def _sample(
     )
     batch_tasks = [tasks[i % len(tasks)] for i in range(args.trajectories)]
     t0 = time.monotonic()
-    batch = collect(batch_tasks, engine, tokenizer, cfg, admit=len(batch_tasks), seed=cfg.run.seed)
+    batch = collect(
+        batch_tasks,
+        engine,
+        tokenizer,
+        cfg,
+        admit=len(batch_tasks),
+        seed=cfg.run.seed,
+        reward=BENCH_REWARD,
+    )
     info["rollout_s"] = time.monotonic() - t0
     info["by_status"] = batch.summary()["by_status"]
     if args.save_policy:
@@ -451,11 +515,14 @@ def main(args: argparse.Namespace) -> int:
         f"  (c) TITO + R3:                       {c['gap']:.5f}  (max {c['max']:.4f}; replayed "
         f"routing mismatches {c['replay_mismatch']})"
     )
+    g = result["guards"]
+    print(
+        f"guards on / off: experts used differ from the capture at {g['replay_mismatch_on']} / "
+        f"{g['replay_mismatch_off']} of {g['routed_positions']} positions (live routing differs "
+        f"at {g['live_mismatch_on']} / {g['live_mismatch_off']}); drift vs the engine's ids "
+        f"{g['drift']['on']} / {g['drift']['off']} of {g['drift']['loss_tokens']} loss tokens "
+        f"(re-tokenized stream, old self-check: {g['drift']['off_old_check']})"
+    )
     if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            json.dump(result, f, indent=1)
-        os.replace(tmp, path)
+        write_json_atomic(args.json, result)
     return 0

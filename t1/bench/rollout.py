@@ -9,8 +9,8 @@ Entries (issue 3, Benchmarks):
               whole prompt every turn (identical prompts; target prefill time >= 5x lower);
               prefilled tokens and total wall time reported too.
 * bytes     — routing bytes per token at (layers, k) = (48, 8) from the real record format
-              (compact array and the file `t1.routing.save` writes; target 384, SGLang's
-              int32 1536).
+              (t1/routing.py: the compact array, and the `routing.npy` sidecar a trajectory
+              record writes with it; target 384, SGLang's int32 1536).
 * replay    — the replay check on a bf16 multi-turn rollout: expert choices reproduced under
               replay, |logp_train - logp_rollout| with and without replay, and the fraction of
               positions an fp32 full forward routes differently without replay (and, for
@@ -39,6 +39,7 @@ from t1.config import ModelConfig
 from t1.engine.base import GenerateRequest, SamplingParams
 from t1.engine.local import LocalEngine
 from t1.policy import build_policy
+from t1.records import write_json_atomic
 
 VOCAB = 4096  # the tiny campaign's trained BPE size
 
@@ -206,14 +207,17 @@ def bench_prefix(
 def bench_bytes(
     layers: int = 48, k: int = 8, experts: int = 256, tokens: int = 33_000
 ) -> dict[str, Any]:
-    """Bytes per token of a real compact record (33k tokens, the paper's trajectory length)."""
+    """Bytes per token of a real compact record (33k tokens, the paper's trajectory length),
+    written and read back as a trajectory record's routing sidecar."""
+    from t1.trajectory import Status, Trajectory, Turn, load_trajectory, save_trajectory
+
     ids = np.random.default_rng(0).integers(0, experts, size=(tokens, layers, k))
     record = rt.compact(ids, experts)
+    turn = Turn(np.zeros(tokens, np.int32), [1], [0.0], routing=record, engine_ids=[1])
     with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "routing.npz"
-        rt.save(path, record)
-        file_bytes = path.stat().st_size
-        back, _ = rt.load(path)
+        path = save_trajectory(Trajectory("bench", Status.COMPLETED, [turn]), Path(d) / "t")
+        file_bytes = (path / "routing.npy").stat().st_size
+        back = load_trajectory(path).turns[0].routing
     assert np.array_equal(back, ids)
     wire = len(rt.encode_sglang(record[:1000])) / 1000
     return {
@@ -252,9 +256,9 @@ def bench_replay(turns: int = 5, new: int = 64) -> dict[str, Any]:
         if t < turns - 1:
             ids, mask, logprobs = ids + _ids(16, g), mask + [0] * 16, logprobs + [0.0] * 16
     record = np.concatenate(parts)
-    valid = np.ones(len(ids), bool)
-    valid[-1] = False
-    r = rt.to_replay(np.concatenate([record, record[:1]]), valid)
+    # the trainer's view (a TITO segment's routing): int16, -1 = placeholder at the last position
+    r = torch.from_numpy(np.concatenate([record, record[:1]]).astype(np.int16))
+    r[-1] = -1
     x = torch.tensor([ids])
     loss = np.array(mask, bool)
     out = {"positions": len(ids), "loss_tokens": int(loss.sum())}
@@ -265,20 +269,27 @@ def bench_replay(turns: int = 5, new: int = 64) -> dict[str, Any]:
         ("bf16_full_forward", bf16, None),
     )
     for name, model, replayed in runs:
-        with torch.no_grad(), rt.RoutingCapture(model) as cap:
+        with (
+            torch.no_grad(),
+            rt.RoutingCapture(model, stage="live") as live,
+            rt.RoutingCapture(model, stage="used") as used,
+        ):
             if replayed is None:
                 logits = model(x).logits
             else:
                 with rt.replay(model, replayed[None]):
                     logits = model(x).logits
-            chosen = cap.collect().numpy()[:-1]
         lp = torch.log_softmax(logits[0].float(), -1)[:-1].gather(-1, x[0, 1:, None])[:, 0].numpy()
         gap = np.abs(lp - np.array(logprobs[1:]))[loss[1:]]
-        differs = (chosen != record.astype(np.int64)).any(axis=(1, 2))
+        # live: the gates' own choice (before any replay); used: what the experts were called
+        # with (the engine's ids under replay: 0 differ while replay works)
+        n_live, n = rt.mismatch(live.collect().numpy(), r.numpy())
+        n_used, _ = rt.mismatch(used.collect().numpy(), r.numpy())
         out[name] = {
             "logprob_gap_mean": float(gap.mean()),
             "logprob_gap_max": float(gap.max()),
-            "positions_routed_differently": float(differs.mean()),
+            "positions_routed_differently": n_live / n,  # live routing vs the engine's
+            "positions_computed_differently": n_used / n,  # experts used vs the engine's
         }
     return out
 
@@ -325,8 +336,5 @@ def main(args: argparse.Namespace) -> int:
     text = json.dumps(results, indent=2)
     print(text)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.json.with_suffix(args.json.suffix + ".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(args.json)
+        write_json_atomic(args.json, results, indent=2)
     return 0

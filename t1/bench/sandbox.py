@@ -23,6 +23,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from t1.records import write_json_atomic
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -140,8 +142,5 @@ def main(args: argparse.Namespace) -> int:
     text = json.dumps(res, indent=2)
     print(text)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.json.with_suffix(args.json.suffix + ".tmp")
-        tmp.write_text(text + "\n")
-        tmp.rename(args.json)
+        write_json_atomic(args.json, res, indent=2)
     return 0

@@ -17,13 +17,18 @@ __all__ = ["Engine", "GenerateRequest", "GenerateResult", "SamplingParams", "mak
 
 
 def make_engine(cfg, model_dir: str | Path | None = None) -> Engine:
-    """The engine the config asks for: `local` loads `model_dir`; `sglang` talks to `engine.url`."""
+    """The engine the config asks for: `local` loads `model_dir`; `sglang` talks to `engine.url`,
+    or to the fleet's replicas when `fleet.replicas` > 0."""
     if cfg.engine.backend == "local":
         if model_dir is None:
             raise ValueError("engine.backend local needs a policy directory")
         from t1.engine.local import LocalEngine
 
         return LocalEngine.from_config(cfg, model_dir)
+    if cfg.engine.backend == "sglang" and cfg.fleet.replicas > 0:
+        from t1.engine.fleet import Fleet, fleet_urls  # several replicas (t1/engine/fleet.py)
+
+        return Fleet.from_config(cfg, fleet_urls(cfg))
     if cfg.engine.backend == "sglang":
         from t1.engine.sglang import SGLangEngine
 

@@ -6,8 +6,11 @@
 Prints one JSON line `{"url": ..., "pid": ...}` once it listens. Endpoints (same bodies as
 SGLang's, see t1/engine/sglang.py): POST `/generate` (one request, or a batch when
 `input_ids` is a list of lists), POST `/abort_request` {`rid`}, POST
-`/update_weights_from_disk` {`model_path`}, POST `/close_session` {`session_id`}, GET
-`/health`, GET `/get_model_info`. Rollout workers and the `sglang` client thus talk HTTP to
+`/update_weights_from_disk` {`model_path`, `weight_version`} -> {`success`, `message`,
+`num_paused_requests`}, POST `/close_session` {`session_id`}, GET `/health`,
+`/health_generate`, `/get_model_info` (with `weight_version`, as SGLang's). Every `/generate`
+answer carries `meta_info.weight_version`, so a client can refuse stale-weight samples
+(t1/engine/fleet.py). Rollout workers and the `sglang` client thus talk HTTP to
 either server, and the client is tested for real without a GPU.
 
 Concurrency: a `ThreadingHTTPServer` thread per connection; the engine's single worker
@@ -18,6 +21,7 @@ batch. `session_id` keys the prefix cache.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -70,7 +74,9 @@ def generate_request(body: dict[str, Any], index: int | None = None) -> Generate
     )
 
 
-def response_body(res: GenerateResult, return_logprob: bool) -> dict[str, Any]:
+def response_body(
+    res: GenerateResult, return_logprob: bool, weight_version: str = "default"
+) -> dict[str, Any]:
     """SGLang's `/generate` response for one result."""
     finish: dict[str, Any] = {"type": res.finish_reason}
     if res.finish_reason == "stop" and res.output_ids:
@@ -85,6 +91,7 @@ def response_body(res: GenerateResult, return_logprob: bool) -> dict[str, Any]:
         "prompt_tokens": res.prompt_tokens,
         "completion_tokens": len(res.output_ids),
         "cached_tokens": res.cached_tokens,
+        "weight_version": weight_version,
     }
     if return_logprob:
         meta["output_token_logprobs"] = [
@@ -96,9 +103,15 @@ def response_body(res: GenerateResult, return_logprob: bool) -> dict[str, Any]:
 
 
 def make_server(
-    engine: LocalEngine, host: str, port: int, model_dir: str = ""
+    engine: LocalEngine,
+    host: str,
+    port: int,
+    model_dir: str = "",
+    weight_version: str = "default",
+    routed_experts: bool = True,
 ) -> ThreadingHTTPServer:
     """An HTTP server bound to (host, port) serving `engine`; call `serve_forever()` on it."""
+    weights = {"path": model_dir, "version": weight_version}  # SGLang's server_args.weight_version
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -124,7 +137,8 @@ def make_server(
                 self._send(
                     200,
                     {
-                        "model_path": model_dir,
+                        "model_path": weights["path"],
+                        "weight_version": weights["version"],
                         "is_generation": True,
                         "num_hidden_layers": engine.layers,
                         "num_experts_per_tok": engine.k,
@@ -165,9 +179,12 @@ def make_server(
                     if batch
                     else [generate_request(body)]
                 )
+                if not routed_experts:  # as SGLang without --enable-return-routed-experts
+                    reqs = [dataclasses.replace(r, return_routing=False) for r in reqs]
+                version = weights["version"]  # before: a sample is never labelled newer than it is
                 results = engine.generate(reqs)
                 want_lp = bool(body.get("return_logprob", False))
-                out = [response_body(r, want_lp) for r in results]
+                out = [response_body(r, want_lp, version) for r in results]
                 return 200, out if batch else out[0]
             if self.path == "/abort_request":
                 if body.get("abort_all"):
@@ -186,6 +203,9 @@ def make_server(
                         "message": f"{path}: {e}",
                         "num_paused_requests": 0,
                     }
+                weights["path"] = str(path)
+                if body.get("weight_version") is not None:
+                    weights["version"] = str(body["weight_version"])
                 return 200, {"success": True, "message": f"loaded {path}", "num_paused_requests": 0}
             if self.path == "/close_session":
                 engine.close_session(str(body.get("session_id", "")))
@@ -204,12 +224,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000, help="0 = any free port")
+    parser.add_argument(
+        "--weight-version", default="default", help="as SGLang's: reported with every sample"
+    )
+    parser.add_argument(
+        "--without-routed-experts",
+        action="store_true",
+        help="never return routed_experts, as SGLang without --enable-return-routed-experts "
+        "(the client must abort such trajectories)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     engine = LocalEngine.from_config(cfg, args.model)
-    server = make_server(engine, args.host, args.port, model_dir=str(args.model))
+    server = make_server(
+        engine,
+        args.host,
+        args.port,
+        model_dir=str(args.model),
+        weight_version=args.weight_version,
+        routed_experts=not args.without_routed_experts,
+    )
     host, port = server.server_address[:2]
     print(json.dumps({"url": f"http://{host}:{port}", "pid": os.getpid()}), flush=True)
 

@@ -18,21 +18,19 @@ response `output_ids`; `meta_info`: `id`, `finish_reason` ({"type": "stop", "mat
          `[seq_len - 1 - start, layers, top_k]`)
 
 Also `/abort_request` {`rid`}, `/update_weights_from_disk` {`model_path`} -> {`success`,
-`message`}, `/health`. Only the standard library is used. Requests of one `generate` call go
+`message`}, `/health`. Only the standard library is used (HTTP through t1.httpjson). Requests of one `generate` call go
 out concurrently (SGLang batches them server-side; `routed_experts_start_len` is one int per
 HTTP request, so each request travels alone).
 """
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from t1 import routing as rt
 from t1.engine.base import GenerateRequest, GenerateResult
+from t1.httpjson import get_ok, post_json
 
 
 class EngineError(RuntimeError):
@@ -174,11 +172,7 @@ class SGLangEngine:
             raise EngineError(f"{self.url}: update_weights_from_disk({path}) failed: {out}")
 
     def health(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
-                return r.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+        return get_ok(self.url + "/health", timeout=5)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
@@ -190,21 +184,6 @@ class SGLangEngine:
         return parse_response(req, body, self.layers, self.k, self.num_experts)
 
     def _post(self, path: str, payload: dict[str, Any]) -> Any:
-        data = json.dumps(payload).encode()
-        request = urllib.request.Request(
-            self.url + path, data=data, headers={"Content-Type": "application/json"}, method="POST"
+        return post_json(
+            self.url + path, payload, timeout=self.timeout_s, error=EngineError, allow_empty=True
         )
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as r:
-                raw = r.read()
-        except urllib.error.HTTPError as e:
-            detail = e.read()[:500].decode(errors="replace")
-            raise EngineError(f"{self.url}{path}: HTTP {e.code}: {detail}") from None
-        except (urllib.error.URLError, OSError) as e:
-            raise EngineError(f"{self.url}{path}: {e}") from None
-        if not raw.strip():
-            return None
-        try:
-            return json.loads(raw)
-        except json.JSONDecodeError:
-            raise EngineError(f"{self.url}{path}: not JSON: {raw[:200]!r}") from None

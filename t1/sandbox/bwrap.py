@@ -50,6 +50,7 @@ from pathlib import Path
 from t1.sandbox import mask as maskmod
 from t1.sandbox import overlay as ovl
 from t1.sandbox.base import ExecResult, SandboxError, SandboxSpec
+from t1.sandbox.layer import load_layer, seed_workdir
 from t1.sandbox.limits import Cgroup, join_script, rlimit_prefix, ulimit_script
 from t1.sandbox.overlay import Overlay
 from t1.sandbox.shell import PtyShell, outer_loop
@@ -264,7 +265,7 @@ class BwrapSandbox:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        from t1.sandbox import envbuild, provision  # local: avoid an import cycle
+        from t1.sandbox import provision  # local: provision.py builds its cache in sandboxes
 
         spec = self.spec
         as_root = os.geteuid() == 0
@@ -283,7 +284,7 @@ class BwrapSandbox:
         try:
             layer_env: dict[str, str] = {}
             if spec.env_layer is not None:
-                layer = envbuild.load_layer(Path(spec.env_layer))
+                layer = load_layer(Path(spec.env_layer))
                 layer_env = layer.env
             prov = provision.locate(spec.provision)
             prov_env: dict[str, str] = {}
@@ -313,7 +314,7 @@ class BwrapSandbox:
                     plan.workdir_host.mkdir()
                     self._own_workdir = True
                 if spec.env_layer is not None:
-                    envbuild.seed_workdir(Path(spec.env_layer), spec.workdir, plan.workdir_host)
+                    seed_workdir(Path(spec.env_layer), spec.workdir, plan.workdir_host)
             plan.logs_host = Path(spec.logs_dir) if spec.logs_dir is not None else root / "logs"
             plan.logs_host.mkdir(parents=True, exist_ok=True)
             plan.env = sandbox_env(spec, layer_env, prov_env)

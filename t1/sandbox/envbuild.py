@@ -15,7 +15,9 @@ The layer is keyed by a content hash of the Dockerfile, every file of the build 
 the host's package state, so a second build of the same task is a cache hit. Layout:
 `<cache>/<key>/{usr,etc,var,rootfs,meta.json,build.log}`; `meta.json` records ENV and
 WORKDIR (schema_version, status "complete"). A sandbox started with `env_layer=<key dir>`
-stacks these upper dirs as lower layers and seeds its workdir from `rootfs/<workdir>`.
+stacks these upper dirs as lower layers and seeds its workdir from `rootfs/<workdir>`; it
+reads the layer through t1.sandbox.layer (the format), so this builder, which runs its build
+in a t1.sandbox.bwrap sandbox, is the only one of the two that imports the other.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ import shlex
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from t1.sandbox.base import Limits, SandboxError, SandboxSpec
+from t1.sandbox.bwrap import BwrapSandbox, host_symlinks
+from t1.sandbox.layer import DIRS, META, SCHEMA_VERSION, EnvLayer, load_layer
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +65,6 @@ class Instruction:
     cmd: str  # upper case
     args: str  # raw argument text, continuation lines joined
     line: int  # 1-based line of the instruction keyword
-
-
-@dataclass
-class EnvLayer:
-    path: Path
-    env: dict[str, str] = field(default_factory=dict)
-    workdir: str | None = None
-    cached: bool = False
 
 
 # -- parsing (pure) ---------------------------------------------------------------------------
@@ -204,24 +200,6 @@ def content_key(dockerfile: Path, context: Path) -> str:
 # -- layers -----------------------------------------------------------------------------------
 
 
-def load_layer(path: Path) -> EnvLayer:
-    meta_path = Path(path) / "meta.json"
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise SandboxError(f"{meta_path}: not a built environment layer ({e})") from None
-    if meta.get("status") != "complete":
-        raise SandboxError(f"{meta_path}: layer status is {meta.get('status')!r}, not 'complete'")
-    return EnvLayer(Path(path), dict(meta.get("env", {})), meta.get("workdir"))
-
-
-def seed_workdir(layer: Path, workdir: str, host_dir: Path) -> None:
-    """Copy what the build wrote under `workdir` into the sandbox's (fresh) workdir."""
-    src = Path(layer) / "rootfs" / workdir.lstrip("/")
-    if src.is_dir() and not src.is_symlink():
-        shutil.copytree(src, host_dir, symlinks=True, dirs_exist_ok=True)
-
-
 def build_env(
     dockerfile: Path, context: Path, cache_dir: Path, limits: Limits | None = None
 ) -> EnvLayer:
@@ -235,7 +213,7 @@ def build_env(
     instructions = parse_dockerfile(text, source)
     key = content_key(dockerfile, context)
     out = cache_dir / key
-    if (out / "meta.json").exists():
+    if (out / META).exists():
         layer = load_layer(out)
         layer.cached = True
         log.info("env build %s: cache hit %s", source, out)
@@ -247,7 +225,7 @@ def build_env(
         _tidy_rootfs(tmp / "rootfs")
         _rmtree(tmp / ".work")  # the overlays' work dirs
         meta = {
-            "schema_version": 1,
+            "schema_version": SCHEMA_VERSION,
             "status": "complete",
             "key": key,
             "dockerfile": str(dockerfile.resolve()),
@@ -255,7 +233,7 @@ def build_env(
             "workdir": workdir,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+        (tmp / META).write_text(json.dumps(meta, indent=2))
         try:
             tmp.rename(out)
         except OSError:  # a concurrent build won
@@ -269,9 +247,7 @@ def build_env(
 def _apply(
     instructions: list[Instruction], source: str, context: Path, layer: Path, limits: Limits
 ) -> tuple[dict[str, str], str | None]:
-    from t1.sandbox.bwrap import BwrapSandbox  # local: bwrap imports this module
-
-    for d in ("usr", "etc", "var", "rootfs"):
+    for d in DIRS:
         (layer / d).mkdir()
     env: dict[str, str] = {}
     args: dict[str, str] = {}
@@ -381,8 +357,6 @@ def _copy(
 
 def _tidy_rootfs(rootfs: Path) -> None:
     """Drop the mount points and symlinks bwrap created in the build's root."""
-    from t1.sandbox.bwrap import host_symlinks
-
     for name, target in host_symlinks().items():
         p = rootfs / name
         if p.is_symlink() and os.readlink(p) == target:

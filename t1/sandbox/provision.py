@@ -2,6 +2,7 @@
 
     t1 provision                              # -> $T1_PROVISION or ~/.cache/t1/provision
     t1 provision --out DIR --apt datamash jq --pip pytest==8.4.1 requests
+    t1 provision --tasks workflow/tasks DIR...  # + what those tasks install (provision_tasks.py)
 
 Terminal-Bench verifiers install their tools at run time (`apt-get update; apt-get install -y
 curl`, `curl -LsSf https://astral.sh/uv/0.7.13/install.sh | sh`, `uv add pytest==8.4.1`,
@@ -24,6 +25,10 @@ into a directory that every sandbox then sees read-only at /opt/t1:
     /opt/t1/apt/repo/    a flat apt repository: the .debs that `apt-get install --download-only`
                          fetched for the requested packages (with the dependencies the host
                          lacks), `Packages`, `Packages.gz`, `Release`
+    /opt/t1/image/python/bin/   `python`, `python3`, `pip`, `pip3` of FROM python:X.Y images:
+                         the sandbox puts it on PATH with T1_IMAGE_PYTHON=X.Y; they run
+                         /opt/t1/python/X.Y/bin/python3 when such an interpreter was placed
+                         in the cache, else the host's python3 (the sandbox notes which)
     /opt/t1/layer/       an overlay layer stacked under offline sandboxes: `etc/apt/apt.conf.d/
                          99t1-offline` makes the local repo apt's only source, and
                          `var/lib/apt/lists/` holds its index, so both `apt-get update` and a
@@ -53,6 +58,7 @@ import hashlib
 import json
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -61,10 +67,17 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from t1.records import write_json_atomic
+from t1.sandbox.provision_shims import (  # noqa: F401 - re-exported: the cache's one layout
+    HOST_PYTHON,
+    IMAGE_PYTHON_BIN,
+    INSIDE,
+    image_python_dir,
+    write_scripts,
+)
+
 log = logging.getLogger(__name__)
 
-INSIDE = "/opt/t1"
-HOST_PYTHON = "/usr/bin/python3"
 DEFAULT_PIP = [
     "pytest",
     "pytest==8.4.1",
@@ -208,108 +221,6 @@ def fetch_uv(out: Path, version: str | None, python: str = HOST_PYTHON) -> str:
     return wheel.name.split("-")[1]
 
 
-# -- scripts ----------------------------------------------------------------------------------
-
-
-def uv_wrapper(tool: str, host_py_version: str) -> str:
-    return f"""#!/bin/sh
-# t1 provision: {tool} wrapper. Offline sandboxes have one interpreter, the host's python3
-# ({host_py_version}); a request for another version (-p 3.13) is served by it, with a note.
-pick() {{
-  case "$1" in
-    3|3.*|cpython-3*|python3*|py3*)
-      case "$1" in {host_py_version}|{host_py_version}.*|cpython-{host_py_version}*|python{host_py_version}) echo "$1"; return;; esac
-      echo "t1: python $1 is not available offline; using {HOST_PYTHON} ({host_py_version})" >&2
-      echo "{HOST_PYTHON}";;
-    *) echo "$1";;
-  esac
-}}
-n=$#; i=0
-while [ "$i" -lt "$n" ]; do
-  a=$1; shift; i=$((i+1))
-  case "$a" in
-    -p|--python)
-      if [ "$i" -lt "$n" ]; then v=$1; shift; i=$((i+1)); set -- "$@" "$a" "$(pick "$v")"; else set -- "$@" "$a"; fi;;
-    --python=*) set -- "$@" "--python=$(pick "${{a#--python=}}")";;
-    *) set -- "$@" "$a";;
-  esac
-done
-exec {INSIDE}/libexec/{tool} "$@"
-"""
-
-
-INSTALL_SH = f"""#!/bin/sh
-# t1 provision: offline stand-in for the uv installer script (any version asked for gets
-# the provisioned uv). Honours UV_INSTALL_DIR and XDG_BIN_HOME like the real installer.
-set -eu
-dest="${{UV_INSTALL_DIR:-${{XDG_BIN_HOME:-$HOME/.local/bin}}}}"
-mkdir -p "$dest"
-ln -sf {INSIDE}/bin/uv "$dest/uv"
-ln -sf {INSIDE}/bin/uvx "$dest/uvx"
-cat > "$dest/env" <<EOF
-#!/bin/sh
-# add binaries to PATH if they aren't added yet
-case ":\\${{PATH}}:" in
-    *:"$dest":*) ;;
-    *) export PATH="$dest:\\$PATH" ;;
-esac
-EOF
-echo "downloading uv (t1 offline provision: $({INSIDE}/libexec/uv --version))"
-echo "installing to $dest"
-echo "  uv"
-echo "  uvx"
-echo "everything's installed!"
-"""
-
-
-def fetch_shim(tool: str) -> str:
-    """curl/wget shim: serves the uv installer, defers every other call to the real tool."""
-    out_flags = "-o|--output) out=$2; shift;; -o*) out=${1#-o};; --output=*) out=${1#--output=};;"
-    if tool == "wget":
-        out_flags = "-O|--output-document) out=$2; shift;; -O*) out=${1#-O};; --output-document=*) out=${1#--output-document=};; -qO*) out=${1#-qO};;"
-    return f"""#!/bin/sh
-# t1 provision: {tool} shim. A uv installer URL (.../uv/install.sh, .../uv/<ver>/install.sh)
-# is served from {INSIDE}/uv/install.sh; everything else goes to the real {tool}.
-hit=""; out=""
-for a in "$@"; do
-  case "$a" in
-    http://*/uv/install.sh|https://*/uv/install.sh|http://*/uv/*/install.sh|https://*/uv/*/install.sh) hit=1;;
-  esac
-done
-if [ -n "$hit" ]; then
-  while [ $# -gt 0 ]; do
-    case "$1" in
-      {out_flags}
-    esac
-    shift
-  done
-  if [ -z "$out" ] || [ "$out" = "-" ]; then cat {INSIDE}/uv/install.sh; else cp {INSIDE}/uv/install.sh "$out"; fi
-  exit 0
-fi
-for d in /usr/local/bin /usr/bin /bin; do
-  if [ -x "$d/{tool}" ]; then exec "$d/{tool}" "$@"; fi
-done
-echo "{tool}: command not found" >&2
-exit 127
-"""
-
-
-def write_scripts(out: Path, host_py_version: str) -> None:
-    bin_dir, uv_dir = out / "bin", out / "uv"
-    bin_dir.mkdir(exist_ok=True)
-    uv_dir.mkdir(exist_ok=True)
-    files = {
-        bin_dir / "uv": uv_wrapper("uv", host_py_version),
-        bin_dir / "uvx": uv_wrapper("uvx", host_py_version),
-        bin_dir / "curl": fetch_shim("curl"),
-        bin_dir / "wget": fetch_shim("wget"),
-        uv_dir / "install.sh": INSTALL_SH,
-    }
-    for path, text in files.items():
-        path.write_text(text)
-        path.chmod(0o755)
-
-
 # -- apt --------------------------------------------------------------------------------------
 
 
@@ -349,10 +260,13 @@ def write_apt_index(repo: Path) -> int:
     return len(debs)
 
 
-def download_debs(out: Path, packages: list[str]) -> None:
+def download_debs(out: Path, packages: list[str], optional: list[str] = ()) -> list[str]:
     """Fetch `packages` and the dependencies the host lacks, in a sandbox with network.
 
-    The sandbox's COW root lets `apt-get update` refresh the lists without touching the host.
+    `optional` packages (from tasks) are fetched one by one after them; -> those that failed
+    (not in the host's archive, a pinned version it no longer has). A failure of `packages`
+    raises. The sandbox's COW root lets `apt-get update` refresh the lists without touching
+    the host.
     """
     from t1.sandbox import SandboxSpec, open_sandbox
 
@@ -360,17 +274,30 @@ def download_debs(out: Path, packages: list[str]) -> None:
     (repo / "partial").mkdir(parents=True, exist_ok=True)
     spec = SandboxSpec(workdir="/repo", host_workdir=repo, network=True, provision=out / "none")
     names = " ".join(packages)
-    cmd = (
-        "apt-get -q update >/tmp/update.log 2>&1 || { tail -20 /tmp/update.log; exit 1; }; "
+    get = (
         "apt-get install -y -q --download-only --no-install-recommends "
-        f"-o Dir::Cache::archives=/repo -o APT::Sandbox::User=root {names}"
+        "-o Dir::Cache::archives=/repo -o APT::Sandbox::User=root"
     )
+    cmd = "apt-get -q update >/tmp/update.log 2>&1 || { tail -20 /tmp/update.log; exit 1; }"
+    if packages:
+        cmd += f"; {get} {names}"
+    failed: list[str] = []
     with open_sandbox(spec) as sb:
         r = sb.exec(cmd, timeout=1800)
-    if r.exit_code != 0:
-        raise RuntimeError(f"apt download of {names} failed ({r.exit_code}):\n{r.output[-3000:]}")
+        if r.exit_code != 0:
+            raise RuntimeError(
+                f"apt download of {names} failed ({r.exit_code}):\n{r.output[-3000:]}"
+            )
+        for pkg in optional:
+            # download-only in a throwaway root: a pinned older version is fine to fetch
+            cmd = f"{get} --allow-downgrades {shlex.quote(pkg)} >/tmp/get.log 2>&1"
+            r = sb.exec(cmd, timeout=1800)
+            if r.exit_code != 0:
+                failed.append(pkg)
+                log.info("apt: %s not fetched: %s", pkg, sb.exec("tail -3 /tmp/get.log").output)
     shutil.rmtree(repo / "partial", ignore_errors=True)
     (repo / "lock").unlink(missing_ok=True)
+    return failed
 
 
 def build_layer(out: Path) -> None:
@@ -396,9 +323,7 @@ def build_layer(out: Path) -> None:
     manifest = out / "MANIFEST.json"
     had = manifest.exists()
     if not had:
-        manifest.write_text(
-            json.dumps({"schema_version": 1, "status": "complete", "partial": True})
-        )
+        write_json_atomic(manifest, {"partial": True})
     try:
         spec = SandboxSpec(workdir="/out", host_workdir=lists, provision=out)
         with open_sandbox(spec) as sb:
@@ -423,28 +348,56 @@ def build_layer(out: Path) -> None:
 
 
 def provision(
-    out: Path, pip_specs: list[str], apt_packages: list[str], uv_version: str | None
+    out: Path,
+    pip_specs: list[str],
+    apt_packages: list[str],
+    uv_version: str | None,
+    tasks: list[Path] = (),
 ) -> dict:
+    """Build or extend the cache at `out`; `tasks`: task dirs whose own needs are added too."""
+    from t1.sandbox import provision_tasks as pt
+
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / "MANIFEST.json"
     old = {}
     if manifest_path.exists():
         old = json.loads(manifest_path.read_text())
-        manifest_path.unlink()  # incomplete until rewritten at the end
-    py_version = subprocess.run(
-        [HOST_PYTHON, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+        if old.get("status") != "complete":
+            old = {"pip": old.get("pip", []), "apt": old.get("apt", [])}
+    py_version = pt.python_version_of(HOST_PYTHON)
     t0 = time.monotonic()
     pip_all = sorted(set(old.get("pip", [])) | set(pip_specs))
     apt_all = sorted(set(old.get("apt", [])) | set(apt_packages))
     download_wheels(pip_all, out / "wheels")
-    uv = fetch_uv(out, uv_version)
+    items, load_errors = pt.load_needs(list(tasks)) if tasks else ([], [])
+    records: dict[str, dict] = {}
+    for path, tn in items:
+        records[tn.task] = {"path": str(Path(path).resolve()), **tn.record()}
+    for tid, rec in pt.provision_wheels(items, out / "wheels", HOST_PYTHON, py_version).items():
+        records[tid].update(rec)
+    # uv and the apt repo are refetched only when something new is asked of them (a cache in
+    # use stays complete: the manifest is dropped only for those two, which sandboxes read)
+    have_uv = old.get("uv_version") and (out / "libexec" / "uv").exists()
+    uv = old["uv_version"] if have_uv and uv_version is None else fetch_uv(out, uv_version)
     write_scripts(out, py_version)
-    if apt_all:
-        download_debs(out, apt_all)
-    n_debs = write_apt_index(_mkdir(out / "apt" / "repo"))
-    build_layer(out)
+    repo = _mkdir(out / "apt" / "repo")
+    apt_fetch, apt_recs = pt.apt_plan(items, repo)
+    apt_fetch = [p for p in apt_fetch if p not in apt_all]
+    known = old.get("apt_failed", [])
+    new_apt = set(apt_all) - set(old.get("apt", [])) or set(apt_fetch) - set(known) or not old
+    failed_apt = set(known) & set(apt_fetch)
+    if new_apt and (apt_all or apt_fetch):
+        manifest_path.unlink(missing_ok=True)  # incomplete until rewritten at the end
+        failed_apt = set(download_debs(out, apt_all, optional=apt_fetch))
+    for tid, rec in apt_recs.items():
+        records[tid].update(rec)
+        records[tid]["failed"] += [
+            f"apt {p}: not fetched (see the log)" for p in rec["apt_fetch"] if p in failed_apt
+        ]
+    n_debs = len(list(repo.glob("*.deb")))
+    if new_apt or not (out / "layer").is_dir():
+        n_debs = write_apt_index(repo)
+        build_layer(out)
     manifest = {
         "schema_version": 1,
         "status": "complete",
@@ -455,11 +408,13 @@ def provision(
         "apt": apt_all,
         "wheels": sorted(p.name for p in (out / "wheels").glob("*")),
         "debs": n_debs,
+        "apt_failed": sorted(failed_apt | (set(known) - set(apt_fetch))),
+        "tasks": {**old.get("tasks", {}), **records},
+        "task_load_errors": load_errors,
         "seconds": round(time.monotonic() - t0, 1),
     }
-    tmp = out / "MANIFEST.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2))
-    tmp.rename(manifest_path)
+    write_json_atomic(manifest_path, manifest, indent=2)
+    manifest["provisioned_now"] = sorted(records)
     return manifest
 
 
@@ -484,6 +439,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--uv-version", default=None, help="uv version to provide (default: newest)"
     )
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        default=[],
+        type=Path,
+        metavar="DIR",
+        help="also provision what these tasks install (Dockerfile, verifier, solution); "
+        "a DIR is a task or a directory of tasks",
+    )
+
+    parser.add_argument(
+        "--build-envs",
+        choices=("bwrap", "apptainer"),
+        default=None,
+        help="also build each task's environment (bwrap layer / apptainer .sif) here, where "
+        "the network is, so that compute jobs only read the caches",
+    )
+    parser.add_argument(
+        "--env-cache", type=Path, default=None, help="bwrap layer cache (default ~/.cache/t1/env)"
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, help="write this run's per-task records here"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -495,10 +473,37 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     try:
-        m = provision(out, list(args.pip), list(args.apt), args.uv_version)
+        m = provision(out, list(args.pip), list(args.apt), args.uv_version, list(args.tasks))
     except (RuntimeError, subprocess.CalledProcessError) as e:
         print(f"t1 provision: {e}", file=sys.stderr)
         return 1
+    envs: dict[str, str] = {}
+    if args.tasks and args.build_envs:
+        from t1.sandbox.provision_tasks import build_envs, load_needs
+
+        envs = build_envs(load_needs(list(args.tasks))[0], args.build_envs, args.env_cache)
+    if args.json:
+        rec = {
+            "out": str(out),
+            "tasks": {t: {**m["tasks"][t], "env": envs.get(t)} for t in m["provisioned_now"]},
+            "task_load_errors": m["task_load_errors"],
+            "seconds": m["seconds"],
+        }
+        write_json_atomic(args.json, rec, indent=2)
+    if args.tasks:
+        from t1.sandbox.provision_tasks import summary_line
+
+        for tid in m["provisioned_now"]:
+            env = f"\n     env ({args.build_envs}): {envs[tid]}" if tid in envs else ""
+            print(summary_line(tid, m["tasks"][tid]) + env, file=sys.stderr)
+        for err in m["task_load_errors"]:
+            print(f"FAIL {err}", file=sys.stderr)
+        bad = sum(1 for t in m["provisioned_now"] if m["tasks"][t]["failed"])
+        print(
+            f"t1 provision: {len(m['provisioned_now'])} tasks, {bad} with something not "
+            f"fetched, {len(m['task_load_errors'])} not loadable",
+            file=sys.stderr,
+        )
     print(
         json.dumps(
             {"out": str(out), **{k: m[k] for k in ("uv_version", "pip", "apt", "debs", "seconds")}},

@@ -35,6 +35,13 @@ Exit codes (documented contract, also for children):
 One supervisor runs per DIR at a time (DIR/supervise.lock; a second one waits, e.g. when a
 killed snakemake left its job running and the rerun starts the segment again).
 
+No orphans: each child gets PR_SET_PDEATHSIG=SIGKILL, so it dies with the supervisor even when
+the supervisor is SIGKILLed (its own process group, which a kill of snakemake's group misses,
+is no shelter); `t1 segment` does the same for its `t1 train` / `t1 rollout` (t1.lock). The
+supervisor records its children in DIR/children.json (pid, start time, command line) and on
+start SIGKILLs the process group of every recorded child that is still that program
+(`orphan_killed` incident) before it starts its own.
+
 Every incident (child died / hung / restarted, budget spent, stop requested, stop timed out,
 waiting for the lock) is a JSON line in DIR/incidents.jsonl (t1.incidents). The children and
 their restart policy come from `--spec` and `-- MAIN COMMAND` (t1/supervise/spec.py).
@@ -62,6 +69,7 @@ from pathlib import Path
 from typing import Any
 
 from t1.incidents import IncidentLog
+from t1.lock import PidFile
 from t1.supervise import slurm_job
 from t1.supervise.child import EXIT_DONE, EXIT_FAILED, EXIT_REQUEUE, EXIT_USAGE, HEARTBEAT_ENV
 from t1.supervise.spec import ChildSpec, Policy, SpecError, load_spec
@@ -93,6 +101,7 @@ class _Child:
         self.after_kill = "restart"  # what follows the kill: restart | stopped
         self.hb_file = workdir / "heartbeat" / spec.name
         self.log_path = workdir / "logs" / f"{spec.name}.log"
+        self.pids: PidFile | None = None  # WORKDIR/children.json, for the next attempt
 
     def spawn(self) -> None:
         self.hb_file.parent.mkdir(parents=True, exist_ok=True)
@@ -117,6 +126,8 @@ class _Child:
             preexec_fn=_die_with_parent,
         )
         self.state, self.started, self.beat = "running", time.time(), 0.0
+        if self.pids is not None:
+            self.pids.add(self.spec.name, self.proc.pid)
         threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
 
     def _pump(self, proc: subprocess.Popen[bytes]) -> None:
@@ -241,7 +252,11 @@ class Supervisor:
         if not self.acquire_lock():
             self.say(f"stopped while waiting for the lock ({self.stop_reason})")
             return EXIT_REQUEUE
+        pids = PidFile(self.workdir / "children.json")
+        for k in pids.reap():  # what a killed earlier supervisor left: its children's groups
+            self.incident("orphan_killed", child=k["name"], pid=k["pid"], action="SIGKILL group")
         for c in self.children:
+            c.pids = pids
             c.spawn()
             self.say(f"started {c.spec.name} (pid {c.proc.pid}): {' '.join(c.spec.cmd)}")
         try:

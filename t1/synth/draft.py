@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from t1.records import write_json_atomic
 from t1.synth.steps import (
     WORKDIR,
     Artifact,
@@ -412,7 +413,7 @@ def render(d: Draft, out: Path) -> Path:
     (tmp / "tests" / TEST_FILE).write_text(tests_text(d))
     (tmp / "instruction.md").write_text(instruction_text(d))
     (tmp / "task.toml").write_text(task_toml(d))
-    (tmp / "synth.json").write_text(json.dumps(d.to_json(), indent=1) + "\n")
+    write_json_atomic(tmp / "synth.json", d.to_json())
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)

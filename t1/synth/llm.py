@@ -32,11 +32,10 @@ import random
 import re
 import subprocess
 import tempfile
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
+from t1.httpjson import post_json
 from t1.synth.draft import Draft, solution_text
 from t1.synth.steps import CATEGORIES, WORKDIR, EnvFile, Step
 
@@ -89,24 +88,7 @@ class LLMClient:
             self.tokenizer = load_tokenizer(tokenizer)
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
-        req = urllib.request.Request(
-            self.url + path,
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                payload = r.read()
-        except urllib.error.HTTPError as e:
-            detail = e.read()[:300].decode(errors="replace")
-            raise LLMError(f"{self.url}{path}: HTTP {e.code}: {detail}") from None
-        except (urllib.error.URLError, OSError) as e:
-            raise LLMError(f"{self.url}{path}: {e}") from None
-        try:
-            return json.loads(payload)
-        except json.JSONDecodeError:
-            raise LLMError(f"{self.url}{path}: response is not JSON: {payload[:200]!r}") from None
+        return post_json(self.url + path, body, timeout=self.timeout, error=LLMError)
 
     def complete(self, system: str, user: str, seed: int | None = None) -> str:
         """The model's text for one system + user prompt."""

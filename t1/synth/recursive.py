@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from t1.metrics_log import MetricsLog
+from t1.records import write_json_atomic
 from t1.synth.draft import Draft, extend, load_draft, metrics, render, seed_draft, with_step
 from t1.synth.validate import validate_many
 
@@ -78,12 +79,6 @@ class SynthOptions:
     llm_fraction: float = 0.0
     keep_rejected: bool = True
     slurm: dict[str, Any] = field(default_factory=dict)
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 def _median(xs: list[float]) -> float:
@@ -214,7 +209,7 @@ class _Run:
                 accepted += [d] if ok else []
             else:
                 row["path"] = str(self.out / d.id if ok else self.out / "_rejected" / d.id)
-                _write_json(src / "validation.json", row)
+                write_json_atomic(src / "validation.json", row)
                 if ok:
                     src.rename(self.out / d.id)
                     accepted.append(d)
@@ -301,15 +296,15 @@ class _Run:
             "executor": self.o.executor,
             "table": self.table,
         }
-        _write_json(self.out / "rounds.json", self.table)
+        write_json_atomic(self.out / "rounds.json", self.table, schema_version=None, status=None)
         (self.out / "rounds.md").write_text(format_table(self.table) + "\n")
         try:
             plot_rounds(self.table, self.out / "rounds.png")
         except ImportError as e:  # matplotlib is a dependency; say so rather than fail the run
             print(f"t1 synth: no plot ({e})", file=sys.stderr)
-        _write_json(self.out / "summary.json", summary)
+        write_json_atomic(self.out / "summary.json", summary)
         if status == "complete":
-            _write_json(self.out / "DONE.json", summary)
+            write_json_atomic(self.out / "DONE.json", summary)
         self.log.close()
         return summary
 

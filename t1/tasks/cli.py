@@ -1,16 +1,25 @@
-"""`t1 tasks check DIR...`: report every problem of each task directory, with file and field.
+"""`t1 tasks check [--offline] DIR...`: report every problem of each task directory, with file and field.
 
     t1 tasks check workflow/tasks             exit 0: every task loads
     t1 tasks check tests/data/broken-tasks    one line per problem, exit 1
+    t1 tasks check --offline /data/tb2        + ready / NOT READY per task (t1/tasks/ready.py):
+                                              each missing item, its source line and the
+                                              `t1 provision` line that fixes it
 
 Each DIR is a task directory or a directory of tasks (see `t1.tasks.load.find_tasks`).
-Exit codes: 0 no problem, 1 some task has a problem, 2 no task found.
+`--offline` checks against the provision cache (`--provision DIR`, default $T1_PROVISION or
+~/.cache/t1/provision) under `--network never|task` (the config's sandbox.network); `--json
+FILE` writes the rows ({task, path, ready, missing, notes}).
+Exit codes: 0 no problem (and, with --offline, every task ready), 1 some task has a problem or
+is not ready, 2 no task found.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from t1.tasks.load import check_task, find_tasks
 
@@ -21,6 +30,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     check.add_argument(
         "dirs", nargs="+", metavar="DIR", help="task directory or directory of tasks"
     )
+    check.add_argument(
+        "--offline",
+        action="store_true",
+        help="also say per task whether it can run offline with the provision cache",
+    )
+    check.add_argument("--provision", type=Path, default=None, help="provision cache dir")
+    check.add_argument(
+        "--network",
+        choices=("never", "task"),
+        default="never",
+        help="sandbox.network: `task` gives tasks with allow_internet a network",
+    )
+    check.add_argument("--json", type=Path, default=None, help="write the readiness rows")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -38,7 +60,19 @@ def main(args: argparse.Namespace) -> int:
             print(f"FAIL {path} ({len(problems)} problem{'s' if len(problems) > 1 else ''})")
             for p in problems:
                 print(f"  {p}")
-        else:
+        elif not args.offline:
             print(f"ok   {path}")
     print(f"{len(tasks) - bad} of {len(tasks)} tasks ok", file=sys.stderr)
-    return 1 if bad else 0
+    if not args.offline:
+        return 1 if bad else 0
+    from t1.tasks.ready import check_dirs, describe
+
+    rows, _ = check_dirs([str(p) for p in tasks], args.provision, args.network)
+    for r in rows:
+        print(describe(r))
+    n_ready = sum(r.ready for r in rows)
+    print(f"{n_ready} of {len(rows)} loadable tasks ready offline", file=sys.stderr)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps([r.row() for r in rows], indent=1))
+    return 1 if bad or n_ready < len(rows) else 0

@@ -218,7 +218,13 @@ def _parse_memory_mb(value: Any) -> int | None:
 
 
 class _Layout:
+    """What both layouts share: the metadata fields (each layout names their keys and
+    defaults) and the one place a `Task` is built."""
+
     layout = ""
+    KEYS: dict[str, str] = {}  # Task field -> the key in this layout's metadata file
+    TIMEOUTS: tuple[float, float] = (0.0, 0.0)  # agent, verifier defaults (s)
+    DIFFICULTIES: tuple[str, ...] = ()  # the allowed values, () = any string
 
     def __init__(self, path: Path):
         self.path = path
@@ -231,6 +237,37 @@ class _Layout:
     def _load(self) -> Task | None:
         raise NotImplementedError
 
+    def _metadata(self, f: _Fields) -> dict[str, Any]:
+        """difficulty, category, tags and the two timeouts, defaults where the file is silent."""
+        k = self.KEYS
+        difficulty = f.string(k["difficulty"], "unknown")
+        if self.DIFFICULTIES and difficulty not in self.DIFFICULTIES:
+            f.problem(
+                k["difficulty"],
+                f"must be one of {', '.join(self.DIFFICULTIES)}, got {difficulty!r}",
+            )
+        return {
+            "difficulty": difficulty,
+            "category": f.string(k["category"], "software_engineering"),
+            "tags": f.strings(k["tags"]),
+            "agent_timeout_s": f.seconds(k["agent_timeout_s"], self.TIMEOUTS[0]),
+            "verifier_timeout_s": f.seconds(k["verifier_timeout_s"], self.TIMEOUTS[1]),
+        }
+
+    def _task(self, env: Environment, **fields: Any) -> Task | None:
+        """The Task of this directory (None once any problem is recorded): id, layout, path
+        and workdir come from here, the rest from the layout."""
+        if self.problems:
+            return None
+        return Task(
+            id=self.path.name,
+            layout=self.layout,
+            path=self.path,
+            workdir=self._workdir(env),
+            environment=env,
+            **fields,
+        )
+
     def _workdir(self, env: Environment) -> str:
         if env.dockerfile is not None and env.dockerfile.is_file():
             return dockerfile_workdir(env.dockerfile)
@@ -239,6 +276,15 @@ class _Layout:
 
 class _V1(_Layout):
     layout = "v1"
+    KEYS = {
+        "difficulty": "difficulty",
+        "category": "category",
+        "tags": "tags",
+        "agent_timeout_s": "max_agent_timeout_sec",
+        "verifier_timeout_s": "max_test_timeout_sec",
+    }
+    TIMEOUTS = (V1_AGENT_TIMEOUT_S, V1_VERIFIER_TIMEOUT_S)
+    DIFFICULTIES = V1_DIFFICULTIES
 
     def _load(self) -> Task | None:
         p, problems = self.path, self.problems
@@ -249,15 +295,7 @@ class _V1(_Layout):
             f.problem("-", f"must be a mapping of keys, got {type(data).__name__}")
         # A task.yaml that is missing or does not parse is one problem, not one per field.
         instruction = self._instruction(f) if data is not None else ""
-        difficulty = f.string("difficulty", "unknown")
-        if difficulty not in V1_DIFFICULTIES:
-            f.problem(
-                "difficulty", f"must be one of {', '.join(V1_DIFFICULTIES)}, got {difficulty!r}"
-            )
-        category = f.string("category", "software_engineering")
-        tags = f.strings("tags")
-        agent_s = f.seconds("max_agent_timeout_sec", V1_AGENT_TIMEOUT_S)
-        verifier_s = f.seconds("max_test_timeout_sec", V1_VERIFIER_TIMEOUT_S)
+        meta = self._metadata(f)
         same_shell = f.boolean("run_tests_in_same_shell", False)
         parser = f.string("parser_name", "pytest")
 
@@ -266,22 +304,12 @@ class _V1(_Layout):
         _require_file(script, problems, "the v1 verifier script")
         tests = p / "tests"
         solution = self._solution()
-        if problems:
-            return None
-        return Task(
-            id=p.name,
-            layout=self.layout,
-            path=p,
+        return self._task(
+            env,
             instruction=instruction,
-            category=category,
-            difficulty=difficulty,
-            tags=tags,
-            agent_timeout_s=agent_s,
-            verifier_timeout_s=verifier_s,
-            workdir=self._workdir(env),
-            environment=env,
+            **meta,
             resources=Resources(),
-            solution=solution,  # type: ignore[arg-type]
+            solution=solution,
             verifier=Verifier(script=script, tests_dir=tests if tests.is_dir() else None),
             run_tests_in_same_shell=same_shell,
             parser_name=parser,
@@ -361,6 +389,14 @@ class _V1(_Layout):
 
 class _V2(_Layout):
     layout = "v2"
+    KEYS = {
+        "difficulty": "metadata.difficulty",
+        "category": "metadata.category",
+        "tags": "metadata.tags",
+        "agent_timeout_s": "agent.timeout_sec",
+        "verifier_timeout_s": "verifier.timeout_sec",
+    }
+    TIMEOUTS = (V2_AGENT_TIMEOUT_S, V2_VERIFIER_TIMEOUT_S)
 
     def _load(self) -> Task | None:
         p, problems = self.path, self.problems
@@ -374,11 +410,7 @@ class _V2(_Layout):
         f = _Fields(meta_file, data, problems)
         for name in ("metadata", "agent", "verifier", "environment"):
             f.table(name)
-        difficulty = f.string("metadata.difficulty", "unknown")
-        category = f.string("metadata.category", "software_engineering")
-        tags = f.strings("metadata.tags")
-        agent_s = f.seconds("agent.timeout_sec", V2_AGENT_TIMEOUT_S)
-        verifier_s = f.seconds("verifier.timeout_sec", V2_VERIFIER_TIMEOUT_S)
+        meta = self._metadata(f)
         verifier_env = self._verifier_env(f)
         resources = self._resources(f)
         image = f.string("environment.docker_image", "") or None
@@ -407,20 +439,10 @@ class _V2(_Layout):
         _require_file(script, problems, "the v2 verifier script")
         solve = p / "solution" / "solve.sh"
         _require_file(solve, problems, "the reference solution")
-        if problems:
-            return None
-        return Task(
-            id=p.name,
-            layout=self.layout,
-            path=p,
+        return self._task(
+            env,
             instruction=instruction,
-            category=category,
-            difficulty=difficulty,
-            tags=tags,
-            agent_timeout_s=agent_s,
-            verifier_timeout_s=verifier_s,
-            workdir=self._workdir(env),
-            environment=env,
+            **meta,
             resources=resources,
             solution=Solution(kind="script", path=solve, directory=solve.parent),
             verifier=Verifier(script=script, tests_dir=script.parent, env=verifier_env),

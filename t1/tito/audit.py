@@ -19,13 +19,11 @@ any trajectory fails to assemble, drifts, or has a placeholder in its loss regio
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from t1.records import write_json_atomic
 from t1.tito import DEFAULT_AHEAD, DEFAULT_BACK, RELATIONS, Audit, TitoError, assemble
 from t1.trajectory import Status, TrajectoryError, find_trajectories, load_trajectory, read_header
 
@@ -86,15 +84,6 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", help="rollout directory (trajectory directories at any depth)")
     parser.add_argument("--json", help="write the summary JSON here")
@@ -123,6 +112,6 @@ def main(args: argparse.Namespace) -> int:
     print(table(result))
     summary = result["audit"].to_dict()
     if args.json:
-        _write_json(Path(args.json), summary)
+        write_json_atomic(args.json, summary, indent=2)
     bad = result["errors"] or summary["drift_tokens"] or summary["placeholder_in_loss"]
     return 1 if bad else 0

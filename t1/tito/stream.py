@@ -413,15 +413,20 @@ def audit_outputs(segments: Sequence[Segment], turns: Sequence[Turn], audit: Aud
     """Count drift and placeholders from the finished segments and the turns alone.
 
     Each turn's sampled ids land, in order, in exactly one segment's loss region, so the loss
-    ids of all segments concatenated must equal the sampled ids of all turns concatenated
-    (and likewise the logprobs); a mismatch or a length difference counts as drift.
+    ids of all segments concatenated must equal the ids the ENGINE returned for all turns
+    concatenated (`Turn.engine_ids`, kept apart from `sampled_ids` in the record; turns
+    without them fall back to `sampled_ids`, which makes the check weaker: a stream built
+    from re-tokenized `sampled_ids` would then agree with itself). The logprobs are compared
+    likewise; a mismatch or a length difference counts as drift.
     """
     empty = np.zeros(0, np.int32)
     loss_ids = np.concatenate([s.ids[s.loss_mask] for s in segments] or [empty])
     loss_lp = np.concatenate(
         [s.logprobs[s.loss_mask] for s in segments] or [empty.astype(np.float32)]
     )
-    sampled = np.concatenate([t.sampled_ids for t in turns] or [empty])
+    sampled = np.concatenate(
+        [t.sampled_ids if t.engine_ids is None else t.engine_ids for t in turns] or [empty]
+    )
     logprobs = np.concatenate([t.logprobs for t in turns] or [empty.astype(np.float32)])
     n = min(len(loss_ids), len(sampled))
     audit.drift_tokens += int((loss_ids[:n] != sampled[:n]).sum()) + abs(
@@ -486,6 +491,7 @@ def turns_from_text_log(
             Turn(
                 prompt_ids=render_ids(tokenizer, messages[:k], True, **template_options),
                 sampled_ids=msg["token_ids"],
+                engine_ids=msg["token_ids"],  # the server's own ids: the drift reference
                 logprobs=msg.get("logprobs", []),
                 routing=None if routing is None else np.asarray(routing),
                 routing_start=int(msg.get("routing_start", 0)),

@@ -22,7 +22,8 @@
 --out    the output directory:
            DIR/ckpt/step_N/   full trainer state (actor, critic, both optimizers, RNG states,
                               counters, data cursor): atomic t1.ckpt checkpoints, newest
-                              `state.KEEP` kept; a corrupt newest one is reported and skipped
+                              `campaign.keep_checkpoints` kept; a corrupt newest one is
+                              reported and skipped
            DIR/actor/         policy weights for the engine (t1.policy format)
            DIR/critic/        critic weights
            DIR/metrics.jsonl  one JSON event per optimizer step / stage end (+ tensorboard/)
@@ -30,6 +31,12 @@
 --tokenizer DIR   tokenizer directory for TITO's retokenized relation (default: the one the
                   trajectories recorded in their metadata; our own agent loop never needs it)
 --max-steps N     stop after N optimizer steps (smoke runs); the stage is then not DONE
+--restart-stage   start the stage over although DIR/ckpt holds checkpoints none of which is
+                  usable (they are moved to DIR/ckpt.discarded-TIME); without it that is an error
+                  naming them (a stage never silently starts fresh over its own checkpoints)
+
+One writer per DIR: `t1 train` holds DIR/.t1-writer.lock (t1.lock) for its whole life; a second
+`t1 train` on the same DIR exits 4 naming the holder's pid.
 
 Resumable: a DIR with DONE.json is left alone (exit 0); a DIR with a complete checkpoint under
 DIR/ckpt but no DONE.json continues from the newest one (sft saves every `sft.save_every`
@@ -37,7 +44,8 @@ steps, critic warm-up every `critic_warmup.save_every`); otherwise the stage sta
 --from. On SIGUSR2 / SIGTERM (t1 supervise, Slurm) sft and critic_warmup save a checkpoint
 at the next optimizer-step boundary and exit 75; a ppo step (short) is finished first.
 Exit codes: 0 done (or --max-steps reached), 2 bad arguments/config, 3 input records missing,
-malformed or without a trainable trajectory, 75 stopped by a signal (rerun to resume).
+malformed or without a trainable trajectory, 4 another writer holds DIR, 5 checkpoints exist but
+none is usable (see --restart-stage), 75 stopped by a signal (rerun to resume).
 """
 
 from __future__ import annotations
@@ -70,6 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tokenizer", default=None, help="tokenizer.json (if template glue is needed)"
     )
     parser.add_argument("--max-steps", type=int, default=None, help="stop after N optimizer steps")
+    parser.add_argument(
+        "--restart-stage",
+        action="store_true",
+        help="start over although DIR/ckpt holds checkpoints, none usable (moved aside)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -88,6 +101,21 @@ def main(args: argparse.Namespace) -> int:
     if args.stage == "ppo" and args.critic and not Path(args.critic, "critic").is_dir():
         print(f"t1 train: --critic {args.critic}: no critic/ directory (a critic_warmup output?)")
         return 2
+    from t1.lock import LockHeld, hold_output
+    from t1.train.state import UnusableCheckpoints, check_fresh_start
+
+    try:  # one writer per output directory, inherited by anything this process starts
+        hold_output(args.out, f"t1 train --stage {args.stage}")
+    except LockHeld as e:
+        print(f"t1 train: {e}")
+        return 4
+    if args.stage != "ppo":  # ppo falls back along its chain of steps (t1/train/ppo.py)
+        restart = getattr(args, "restart_stage", False)  # callers building args by hand
+        try:
+            check_fresh_start(args.out, args.stage, restart=restart)
+        except UnusableCheckpoints as e:
+            print(f"t1 train: {e}")
+            return 5
     torch.set_num_threads(cfg.run.threads)
     if cfg.run.deterministic:  # bit-identical reruns: deterministic kernels, fixed threads
         torch.use_deterministic_algorithms(True, warn_only=True)

@@ -8,7 +8,8 @@ assertion passed), the policy frozen (not even loaded into the optimizer). Loss:
 between the values and the returns (gamma = lambda = 1: each row's reward) over the loss
 region, token-level mean. Each step logs the value loss and the explained variance of the
 minibatch's values before that step (`critic_warmup_step` events). Writes DIR/critic (the
-critic weights only), DIR/ckpt/ (t1.ckpt checkpoints), DIR/DONE.json.
+critic weights only), DIR/ckpt/ (t1.ckpt checkpoints), DIR/DONE.json; resumable (the skeleton:
+t1/train/stage.py).
 
 The dense campaign then loads only these weights (`t1 train --stage ppo --critic DIR`) and
 re-calibrates: its first `critic_warmup.recalibration_rollouts` (2) PPO steps update the
@@ -24,15 +25,13 @@ import math
 import torch
 
 from t1.config import Config, PPOConfig
-from t1.metrics_log import MetricsLog
 from t1.policy import Critic, load_policy, torch_dtype
 from t1.ppo.advantages import gae, token_rewards
 from t1.ppo.losses import value_loss
 from t1.ppo.metrics import explained_variance
 from t1.train.batch import Batch
-from t1.train.data import DataError, load_rows
-from t1.supervise.child import EXIT_REQUEUE
-from t1.train.state import StageDir, build_trainer, load_tokenizer_for, run_epochs
+from t1.train.stage import run_stage
+from t1.train.state import build_trainer
 from t1.train.step import ppo_step
 
 
@@ -55,46 +54,15 @@ def recalibrate(trainer, batch: Batch, ppo: PPOConfig, gap_ema: float | None) ->
 
 
 def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
-    out = StageDir(args.out, "critic_warmup")
-    if out.done():
-        print(f"t1 train critic_warmup: {out.done_file} exists; nothing to do")
-        return 0
-    try:
-        tokenizer = load_tokenizer_for(args.tokenizer, args.inputs)
-        rows, stats = load_rows(args.inputs, tokenizer, reward="binary", require_reward=False)
-    except DataError as e:
-        print(f"t1 train critic_warmup: {e}")
-        return 3
-    if not rows:
-        print(
-            f"t1 train critic_warmup: no trainable trajectory under {', '.join(args.inputs)} ({stats})"
-        )
-        return 3
-    policy = load_policy(f"{args.source}/actor", dtype=torch_dtype(cfg.model.train_dtype))
-    critic = Critic.from_policy(policy, seed=cfg.run.seed + 1)
-    del policy
-    trainer = build_trainer(cfg, None, critic)
-    saved = out.load()
-    progress = {}
-    if saved is not None:
-        trainer.load_state_dict(saved["trainer"])
-        progress = saved["progress"]
-    with MetricsLog(out.path) as log:
+    def build():
+        policy = load_policy(f"{args.source}/actor", dtype=torch_dtype(cfg.model.train_dtype))
+        critic = Critic.from_policy(policy, seed=cfg.run.seed + 1)
+        return build_trainer(cfg, None, critic)
 
-        def on_step(step, m):
-            log.write("critic_warmup_step", step, **m)
-
-        status = run_epochs(
-            trainer, rows, cfg.critic_warmup.epochs, cfg.critic_warmup.batch,
-            lambda mb: trainer.critic_update(mb, warmup_loss), progress, out,
-            cfg.critic_warmup.save_every, on_step, stop, args.max_steps,
-        )  # fmt: skip
-        if status == "stopped":
-            return EXIT_REQUEUE
-        if status == "max_steps":
-            return 0
-        trainer.save_weights(out.path, actor=False, critic=True)
-        out.save(trainer, progress, complete=True)
-        log.write("critic_warmup_done", progress["step"], **stats)
-    out.finish({"steps": progress["step"], "data": stats})
-    return 0
+    c = cfg.critic_warmup
+    return run_stage(
+        cfg, args, stop, stage="critic_warmup",
+        data={"reward": "binary", "require_reward": False}, build=build,
+        update=lambda trainer, mb: trainer.critic_update(mb, warmup_loss), epochs=c.epochs,
+        batch=c.batch, save_every=c.save_every, weights={"actor": False, "critic": True},
+    )  # fmt: skip

@@ -14,6 +14,13 @@ norm weights and biases, as Megatron does), constant learning rate, gradient cli
 Replay applies to the actor only: the routing records are the actor's (the engine's) expert
 choices. The critic has its own router and routes live.
 
+Routing check (every `actor_forward` of a batch with routing records, replay on or off):
+`routing_check` holds `positions` (non-placeholder positions compared), `live_mismatch` (of
+them, where the actor's own live top-k, taken before replay, differs from the engine's
+capture: the mismatch R³ removes) and `replay_mismatch` (where the experts the MoE layers were
+actually called with differ from the capture: 0 while replay works; with replay off it equals
+`live_mismatch`). t1.train.step logs them as routing_* metrics.
+
 `state_dict()` holds everything needed to continue bit for bit: both models, both optimizers,
 the torch / numpy / python RNG states, the trainer's shuffling generator and its counters.
 Models live on `device` (default CPU; one GPU works the same way): each forward moves its
@@ -32,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from t1.rng import capture_rng, restore_rng
+from t1.routing import RoutingCapture, mismatch
 from t1.routing import replay as routing_replay
 from t1.train.batch import Batch
 from t1.train.protocol import ActorOutput, LossFn
@@ -105,6 +113,7 @@ class HFTrainer:
         self.generator = torch.Generator().manual_seed(seed)
         self.counters: dict[str, int] = {"actor_updates": 0, "critic_updates": 0}
         self.calls: list[str] | None = None
+        self.routing_check: dict[str, int] | None = None  # of the last actor_forward
 
     # ------------------------------------------------------------------ forwards
 
@@ -138,16 +147,39 @@ class HFTrainer:
         self._note("actor.forward")
         self.actor.eval()
         logps, ents = [], []
+        check = self.routing_check = (
+            None
+            if batch.routing is None
+            else {"positions": 0, "live_mismatch": 0, "replay_mismatch": 0}
+        )
         with torch.no_grad():
             for idx in self._chunks(batch):
                 mb = batch.select(idx).to(self.device)
-                logits = self._actor_logits(mb)
+                if check is None:
+                    logits = self._actor_logits(mb)
+                else:
+                    logits = self._checked_logits(mb, check)
                 logps.append((idx, token_logp(logits, mb.input_ids)))
                 if entropy:
                     ents.append((idx, token_entropy(logits)))
         return ActorOutput(
             self._stitch(logps, batch), self._stitch(ents, batch) if entropy else None
         )
+
+    def _checked_logits(self, mb: Batch, check: dict[str, int]) -> torch.Tensor:
+        """The actor's logits, counting the routing check's mismatches on the way."""
+        with (
+            RoutingCapture(self.actor, stage="live") as live,
+            RoutingCapture(self.actor, stage="used") as used,
+        ):
+            logits = self._actor_logits(mb)
+        record = mb.routing.reshape(-1, *mb.routing.shape[2:]).cpu().numpy()
+        n_live, n = mismatch(live.collect().cpu().numpy(), record)
+        n_used, _ = mismatch(used.collect().cpu().numpy(), record)
+        check["positions"] += n
+        check["live_mismatch"] += n_live
+        check["replay_mismatch"] += n_used
+        return logits
 
     def critic_values(self, batch: Batch) -> torch.Tensor:
         """No-grad values [B, T] of the critic (aligned to tokens)."""

@@ -16,6 +16,14 @@ DIR/actor (for the next rollout), DIR/critic, DIR/ckpt/step_N, one `ppo_step` ev
 DIR/metrics.jsonl (+ TensorBoard), DIR/DONE.json (with the metrics). If DIR/ckpt already
 holds the finished step (a crash after it was written), only the weights and DONE.json are
 redone.
+
+Fallback, never fresh: each step records its arguments in DIR/step.json first. When PREV_DIR
+is a finished PPO step whose checkpoint is corrupt or gone, the state after it is rebuilt from
+the newest good checkpoint up the chain (PREV_DIR's own --from, and so on) by redoing the lost
+steps on their recorded rollouts - the same RNG states, the same rows, so the same weights; step
+numbers stay. Each redo is a `checkpoint_fallback` incident in DIR/incidents.jsonl (outside
+DIR/ckpt, so pruning keeps it; `t1 report` lists it). A chain that cannot be rebuilt (no
+step.json, inputs gone) is an error naming the checkpoints, never a fresh start.
 """
 
 from __future__ import annotations
@@ -25,14 +33,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from t1.ckpt import list_step_dirs
 from t1.config import Config
+from t1.incidents import IncidentLog
 from t1.metrics_log import MetricsLog
 from t1.policy import Critic, load_policy, torch_dtype
+from t1.records import write_json_atomic
 from t1.supervise.child import EXIT_REQUEUE, heartbeat
 from t1.train.batch import collate
 from t1.train.critic_warmup import recalibrate
 from t1.train.data import DataError, load_rows
-from t1.train.state import StageDir, build_trainer, load_tokenizer_for
+from t1.train.megatron.plan import build as build_trainer  # train.backend: hf | megatron
+from t1.train.state import StageDir, load_tokenizer_for
 from t1.train.step import ppo_step
 
 
@@ -84,27 +96,99 @@ def _stage_of(path: Path) -> str | None:
     return json.loads(done.read_text()).get("stage") if done.exists() else None
 
 
+STEP_RECORD = "step.json"
+
+
+class ChainBroken(RuntimeError):
+    """The state after a PPO step can be neither loaded nor rebuilt; the message says why."""
+
+
+def _rows(cfg: Config, inputs: list[str], tokenizer_dir: str | None):
+    tokenizer = load_tokenizer_for(tokenizer_dir, inputs)
+    return load_rows(inputs, tokenizer, reward="trajectory")
+
+
+def _train(trainer, cfg: Config, progress: dict[str, Any], rows, stats) -> dict[str, Any]:
+    """The step itself on `rows` (none: the state goes on unchanged); returns its metrics."""
+    if not rows:
+        return {"empty": True, **stats}
+    m = campaign_step(trainer, collate(rows), cfg, progress)
+    metrics = {k: v for k, v in m.items() if not k.startswith("_")}
+    metrics.update(
+        stats,
+        critic_start=progress["critic_start"],
+        recalibration_left=progress["recalibration_left"],
+    )
+    return metrics
+
+
+def state_after(cfg: Config, step_dir: Path, incidents: IncidentLog, depth: int = 0):
+    """(trainer, progress) as they were right after the PPO step in `step_dir` finished: its
+    newest good checkpoint, or - when that is corrupt or gone - the state after the step
+    before it (recursively) with this step redone on its recorded rollouts."""
+    payload = StageDir(step_dir, "ppo").load()
+    if payload is not None:
+        trainer, progress = _resumed(cfg, step_dir, payload)
+        progress["done"] = False
+        return trainer, progress
+    record = step_dir / STEP_RECORD
+    ckpts = ", ".join(str(p) for _, p in list_step_dirs(step_dir / "ckpt")) or "none"
+    try:
+        args = json.loads(record.read_text())
+    except (OSError, ValueError) as e:
+        raise ChainBroken(
+            f"{step_dir}: no usable checkpoint (checkpoints: {ckpts}) and no readable "
+            f"{record} to redo the step from ({e}); refusing to start PPO fresh"
+        ) from None
+    source = Path(args["source"])
+    if _stage_of(source) == "ppo":
+        trainer, progress = state_after(cfg, source, incidents, depth + 1)
+    else:
+        trainer, progress = _fresh(cfg, source, args.get("critic"))
+    try:
+        rows, stats = _rows(cfg, args["inputs"], args.get("tokenizer"))
+    except DataError as e:
+        raise ChainBroken(f"{step_dir}: cannot redo the step: its rollouts: {e}") from None
+    step = progress["step"]
+    _train(trainer, cfg, progress, rows, stats)
+    progress["step"] = step + 1
+    incidents.write(
+        "checkpoint_fallback", stage="ppo", step=step, path=str(step_dir / "ckpt"),
+        checkpoints=ckpts, redone_from=str(source), depth=depth,
+        action=f"redid step {step} on its rollouts {args['inputs']}",
+    )  # fmt: skip
+    print(f"t1 train ppo: {step_dir}: checkpoint unusable; redid step {step} from {source}")
+    return trainer, progress
+
+
 def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
-    out = StageDir(args.out, "ppo")
+    out = StageDir(args.out, "ppo", keep=cfg.campaign.keep_checkpoints)
     if out.done():
         print(f"t1 train ppo: {out.done_file} exists; nothing to do")
         return 0
     source = Path(args.source)
+    write_json_atomic(
+        out.path / STEP_RECORD,
+        {"inputs": [str(Path(i).resolve()) for i in args.inputs], "source": str(source.resolve()),
+         "critic": str(Path(args.critic).resolve()) if args.critic else None,
+         "tokenizer": str(Path(args.tokenizer).resolve()) if args.tokenizer else None},
+    )  # fmt: skip
     own = out.load()
     if own is not None and own["progress"].get("done"):
         trainer, progress = _resumed(cfg, source, own)
         trainer.save_weights(out.path)
-        out.finish({"step": progress["step"], "resumed": True})
+        out.finish({"step": progress["step"] - 1, "resumed": True})
         return 0
-    prev = StageDir(source, "ppo").load() if _stage_of(source) == "ppo" else None
-    if prev is not None:
-        trainer, progress = _resumed(cfg, source, prev)
-        progress["done"] = False
-    else:
-        trainer, progress = _fresh(cfg, source, args.critic)
+    incidents = IncidentLog(out.incidents)
     try:
-        tokenizer = load_tokenizer_for(args.tokenizer, args.inputs)
-        rows, stats = load_rows(args.inputs, tokenizer, reward="trajectory")
+        if _stage_of(source) == "ppo":
+            trainer, progress = state_after(cfg, source, incidents)
+        else:
+            trainer, progress = _fresh(cfg, source, args.critic)
+        rows, stats = _rows(cfg, args.inputs, args.tokenizer)
+    except ChainBroken as e:
+        print(f"t1 train ppo: {e}")
+        return 5
     except DataError as e:
         print(f"t1 train ppo: {e}")
         return 3
@@ -112,23 +196,13 @@ def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
         return EXIT_REQUEUE
     step = progress["step"]
     with MetricsLog(out.path) as log:
-        if not rows:
-            log.write("ppo_step", step, empty=True, **stats)
-            metrics: dict[str, Any] = {"empty": True}
-        else:
-            batch = collate(rows)
-            m = campaign_step(trainer, batch, cfg, progress)
-            metrics = {k: v for k, v in m.items() if not k.startswith("_")}
-            metrics.update(
-                stats,
-                critic_start=progress["critic_start"],
-                recalibration_left=progress["recalibration_left"],
-            )
-            log.write("ppo_step", step, **metrics)
+        metrics = _train(trainer, cfg, progress, rows, stats)
+        log.write("ppo_step", step, **metrics)
         heartbeat()
         progress["step"] = step + 1
         progress["done"] = True
         out.save(trainer, progress)
         trainer.save_weights(out.path)
+    out.close()
     out.finish({"step": step, "metrics": metrics})
     return 0

@@ -6,10 +6,11 @@ StageDir(out): the resumable state goes through t1.ckpt as atomic checkpoints
 `OUT/ckpt/step_{N:08d}` (N = optimizer steps taken; parts `actor` and `critic` as
 safetensors, `trainer` = the rest of the trainer's state_dict (optimizers, RNG states,
 counters) as torch.save bytes, `progress` = stage counters, epoch permutation and cursor as
-JSON; meta {"schema_version", "stage", "status": "partial" | "complete"}). The newest `KEEP`
-complete ones are kept; on load the newest complete, verified one wins and a partial or
-corrupt newer one is reported (OUT/ckpt/incidents.jsonl, logger "t1.ckpt") and skipped, so a
-kill -9 anywhere, mid-write included, costs at most the steps since the previous checkpoint.
+JSON; meta {"schema_version", "stage", "status": "partial" | "complete"}). The newest `keep`
+(`campaign.keep_checkpoints`, the one retention knob) complete ones are kept; on load the
+newest complete, verified one wins and a partial or corrupt newer one is reported
+(OUT/incidents.jsonl, logger "t1.ckpt") and skipped, so a kill -9 anywhere, mid-write
+included, costs at most the steps since the previous checkpoint.
 A legacy OUT/trainer.pt (older runs) is still read when OUT/ckpt holds nothing usable.
 `DONE.json` ({"schema_version", "status": "complete", "stage", ...}) is written last, after
 the weights.
@@ -23,8 +24,6 @@ sequence. It saves every `save_every` optimizer steps and when asked to stop.
 from __future__ import annotations
 
 import io
-import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,22 +33,27 @@ import torch
 
 from t1.ckpt import Checkpoint, CheckpointManager, latest_complete
 from t1.config import Config
-from t1.supervise.child import EXIT_REQUEUE, heartbeat
+from t1.records import write_json_atomic
+from t1.supervise.child import heartbeat
 from t1.train.batch import Row, collate
 from t1.train.hf import HFTrainer
 
 SCHEMA_VERSION = 1
-KEEP = 3  # complete checkpoints kept per stage directory (the newest may prove corrupt)
 
 
 class StageDir:
-    def __init__(self, out: str | Path, stage: str, keep: int = KEEP) -> None:
+    def __init__(self, out: str | Path, stage: str, keep: int | None = None) -> None:
+        """keep: complete checkpoints kept (`campaign.keep_checkpoints`, >= 2: the newest may
+        prove corrupt); needed only to save, a StageDir opened to read has none."""
+        if keep is not None and keep < 2:
+            raise ValueError(f"{out}: keep={keep} checkpoints; must be >= 2 (campaign.keep_checkpoints)")
         self.path = Path(out)
         self.stage = stage
         self.keep = keep
         self.ckpt_root = self.path / "ckpt"
         self.legacy_state_file = self.path / "trainer.pt"
         self.done_file = self.path / "DONE.json"
+        self.incidents = self.path / "incidents.jsonl"  # outside ckpt/: survives its pruning
         self._manager: CheckpointManager | None = None
 
     def done(self) -> bool:
@@ -57,9 +61,9 @@ class StageDir:
 
     def load(self) -> dict[str, Any] | None:
         """The newest complete checkpoint's payload, or None. Corrupt and partial newer ones
-        are reported (OUT/ckpt/incidents.jsonl) and skipped; a payload of another stage is an
+        are reported (OUT/incidents.jsonl) and skipped; a payload of another stage is an
         error. A legacy OUT/trainer.pt is read when OUT/ckpt holds nothing usable."""
-        ckpt = latest_complete(self.ckpt_root)
+        ckpt = latest_complete(self.ckpt_root, incidents=self.incidents)
         if ckpt is not None:
             where = ckpt.path
             try:
@@ -88,8 +92,12 @@ class StageDir:
 
     def save(self, trainer: HFTrainer, progress: dict[str, Any], complete: bool = False) -> None:
         """One atomic checkpoint OUT/ckpt/step_N (N = progress["step"]); keeps the newest K."""
+        if self.keep is None:
+            raise ValueError(f"{self.path}: StageDir(..., keep=cfg.campaign.keep_checkpoints) to save")
         if self._manager is None:
-            self._manager = CheckpointManager(self.ckpt_root, keep=self.keep)
+            self._manager = CheckpointManager(
+                self.ckpt_root, keep=self.keep, incidents=self.incidents
+            )
         state = trainer.state_dict()
         parts: dict[str, Any] = {}
         for name in ("actor", "critic"):
@@ -121,9 +129,36 @@ class StageDir:
             "time": time.time(),
             **info,
         }
-        tmp = self.done_file.with_name(f".{self.done_file.name}.tmp")
-        tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
-        os.replace(tmp, self.done_file)
+        write_json_atomic(self.done_file, record, default=str)
+
+
+class UnusableCheckpoints(RuntimeError):
+    """A stage would start fresh over checkpoints of its own; the message names them."""
+
+
+def check_fresh_start(out: str | Path, stage: str, restart: bool = False) -> None:
+    """Refuse to start `stage` fresh in OUT while OUT/ckpt holds checkpoints none of which is
+    usable (`restart`: move them to OUT/ckpt.discarded-TIME, record an incident, go on)."""
+    from t1.ckpt import list_step_dirs
+    from t1.incidents import IncidentLog
+
+    sd = StageDir(out, stage)
+    dirs = [p for _, p in list_step_dirs(sd.ckpt_root)]
+    if sd.done() or not dirs or latest_complete(sd.ckpt_root, incidents=sd.incidents):
+        return
+    names = ", ".join(str(p) for p in dirs)
+    if not restart:
+        raise UnusableCheckpoints(
+            f"{sd.ckpt_root}: no usable checkpoint among {names} (see {sd.incidents}); "
+            "refusing to start the stage fresh over them; rerun with --restart-stage to "
+            "discard them and start over"
+        )
+    aside = sd.path / f"ckpt.discarded-{int(time.time())}"
+    sd.ckpt_root.rename(aside)
+    IncidentLog(sd.incidents).write(
+        "stage_restarted", stage=stage, checkpoints=names, moved_to=str(aside),
+        action="started fresh (--restart-stage)",
+    )  # fmt: skip
 
 
 def _payload_of(ckpt: Checkpoint) -> dict[str, Any]:

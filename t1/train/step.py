@@ -98,6 +98,9 @@ def ppo_step(
         "value_loss": _mean(vlosses),
         "entropy": float(masked_mean(old.entropy, mask)),
     }
+    # R3 check of step 1's forward (hf backend): live routing vs the engine's, experts used
+    for key, value in (getattr(trainer, "routing_check", None) or {}).items():
+        metrics[f"routing_{key}"] = value
 
     # 4-5. advantages from the freshly updated critic, then the actor
     plosses, clips = [], []

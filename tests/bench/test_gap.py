@@ -88,7 +88,7 @@ def test_aligned_tokens_compare_the_trainer_logp_at_the_same_token(tok):
     policy = build_policy(SMALL, len(tok), seed=1)
     traj = _trajectory(tok, chat.encode(tok, "ls -la"))
     ids = chat.render_ids(tok, messages_of(traj, tok), add_generation_prompt=False)
-    lp, _ = forward_logp(policy, ids)
+    lp, _, _ = forward_logp(policy, ids)
     # The rendered text re-encodes to the stream our loop built (no merges across the glue here).
     stream = np.concatenate([traj.turns[1].prompt_ids, traj.turns[1].sampled_ids])
     assert ids[: len(stream)] == stream.tolist()

@@ -140,3 +140,123 @@ def test_uvx_uv_project_and_pip_offline():
         r = sb.exec("curl -s -m 2 http://127.0.0.1:9/ ; echo rc=$?")  # other URLs: the real curl
         assert r.output.strip() == "rc=7"
     assert not list(Path("/usr/local/lib").glob("python3*/dist-packages/pytest"))
+
+
+# -- provisioning from tasks (t1/sandbox/provision_tasks.py) ----------------------------------
+
+from t1.sandbox.needs import script_needs  # noqa: E402
+from t1.sandbox.provision_tasks import (  # noqa: E402
+    apt_name,
+    apt_plan,
+    provision_wheels,
+    repo_debs,
+    spec_pythons,
+    summary_line,
+)
+
+
+def test_apt_names_and_repo_versions(tmp_path):
+    assert apt_name("git=1:2.39.5-0+deb12u2") == ("git", "1:2.39.5-0+deb12u2")
+    assert apt_name("jq:amd64") == ("jq", None)
+    (tmp_path / "git_1%3a2.39.5-0+deb12u2_amd64.deb").write_bytes(b"")
+    (tmp_path / "jq_1.6-2.1_amd64.deb").write_bytes(b"")
+    assert repo_debs(tmp_path) == {"git": {"1:2.39.5-0+deb12u2"}, "jq": {"1.6-2.1"}}
+
+
+def test_spec_pythons_host_always_plus_the_named_and_image_versions():
+    tn = script_needs("uvx -p 3.13 -w pytest==8.4.1 pytest\npip install numpy==2.1.3\n")
+    tn.from_python = "3.12"
+    assert spec_pythons(tn, "3.11") == {
+        "pytest==8.4.1": {"3.11", "3.13"},
+        "numpy==2.1.3": {"3.11", "3.12"},
+    }
+
+
+@pytest.mark.skipif(not shutil.which("dpkg-query"), reason="dpkg-query is not installed")
+def test_apt_plan_skips_what_the_host_or_repo_has(tmp_path):
+    tn = script_needs("apt-get install -y bash surely-not-a-package-t1 jq=0.0-t1")
+    tn.task = "t"
+    (tmp_path / "jq_0.0-t1_amd64.deb").write_bytes(b"")
+    fetch, recs = apt_plan([(tmp_path, tn)], tmp_path)
+    assert fetch == ["surely-not-a-package-t1"]
+    assert recs["t"] == {
+        "apt_host": ["bash"],
+        "apt_repo": ["jq=0.0-t1"],
+        "apt_fetch": ["surely-not-a-package-t1"],
+    }
+
+
+LOCAL_WHEELS = PROV.root / "wheels" if PROV is not None else None
+
+
+@pytest.mark.skipif(
+    LOCAL_WHEELS is None or not list(LOCAL_WHEELS.glob("pytest-8.4.1-*.whl")),
+    reason="no provisioned pytest 8.4.1 wheel to serve as a local index (run `t1 provision`)",
+)
+def test_provision_wheels_per_python_incremental_and_failures_recorded(tmp_path, monkeypatch):
+    # a real `pip download`, from the provisioned wheelhouse as the only index (no network)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(LOCAL_WHEELS))
+    tn = script_needs(
+        "uvx -p 3.12 -w pytest==8.4.1 pytest\npip install surely-not-a-dist-t1==1.0\n"
+    )
+    tn.task = "t"
+    recs = provision_wheels([(tmp_path, tn)], tmp_path / "wheels", "/usr/bin/python3", "3.11")
+    assert recs["t"]["wheels"] == {"3.11": ["pytest==8.4.1"], "3.12": ["pytest==8.4.1"]}
+    assert [f.split(":")[0] for f in recs["t"]["failed"]] == [
+        "pip surely-not-a-dist-t1==1.0 (Python 3.11)"
+    ]
+    assert list((tmp_path / "wheels").glob("pytest-8.4.1-*.whl"))
+    assert set((tmp_path / "wheels.done").read_text().split()) >= {"pytest==8.4.1", "@py3.12"}
+    monkeypatch.setenv(
+        "PIP_FIND_LINKS", str(tmp_path / "nowhere")
+    )  # done: nothing is fetched again
+    again = provision_wheels([(tmp_path, tn)], tmp_path / "wheels", "/usr/bin/python3", "3.11")
+    assert again["t"]["wheels"] == recs["t"]["wheels"]
+    line = summary_line("t", {**tn.record(), **recs["t"]})
+    assert (
+        line.startswith("FAIL t: pip 2 (py3.11 1, py3.12 1)") and "failed: pip surely-not" in line
+    )
+
+
+# -- FROM python:X.Y conventions in the real sandbox ------------------------------------------
+
+
+def _bare_cache(root: Path) -> Path:
+    """A cache with only the scripts (no wheels, uv or apt): enough for the conventions."""
+    from t1.sandbox.provision import write_scripts
+
+    root.mkdir(parents=True)
+    write_scripts(root, "3.11")
+    (root / "MANIFEST.json").write_text('{"schema_version": 1, "status": "complete"}')
+    return root
+
+
+@pytest.mark.integration
+def test_python_image_python_and_pip_resolve_in_bwrap(tmp_path):
+    cache = _bare_cache(tmp_path / "prov")
+    show = "command -v python pip; python -c 'import sys; print(sys.executable)'; pip --version"
+    spec = SandboxSpec(provision=cache, env={"T1_IMAGE_PYTHON": "3.12"})
+    with open_sandbox(spec) as sb:
+        r = sb.exec(show)
+        assert r.exit_code == 0, r.output
+        lines = r.output.splitlines()
+        assert lines[:2] == ["/opt/t1/image/python/bin/python", "/opt/t1/image/python/bin/pip"]
+        assert lines[2] == "/usr/bin/python3"  # no Python 3.12 in the cache: the host's
+        assert lines[3].startswith("pip ") and "python 3.11" in lines[3]
+        assert any("Python 3.12" in n and "host's python3" in n for n in sb.notes), sb.notes
+    # an interpreter of that version placed in the cache is the one `python` and `pip` run
+    (cache / "python" / "3.12" / "bin").mkdir(parents=True)
+    (cache / "python" / "3.12" / "bin" / "python3").symlink_to("/usr/bin/python3")
+    with open_sandbox(spec) as sb:
+        out = sb.exec(show).output.splitlines()
+        assert out[2] == "/opt/t1/python/3.12/bin/python3", out
+        assert not any("Python 3.12" in n for n in sb.notes)
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(Path("/usr/bin/python").exists(), reason="this host has a `python`")
+def test_other_images_have_no_python_alias_in_bwrap(tmp_path):
+    with open_sandbox(SandboxSpec(provision=_bare_cache(tmp_path / "prov"))) as sb:
+        r = sb.exec("command -v python || echo none; command -v python3")
+        assert r.output.splitlines() == ["none", "/usr/bin/python3"]

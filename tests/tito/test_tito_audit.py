@@ -14,6 +14,8 @@ from t1.trajectory import Status, Trajectory, save_trajectory
 CALL = chat.tool_call_text("ls")
 OBS = ["a.txt\n", "1\n"]
 KEYS = {
+    "schema_version",
+    "status",
     "trajectories",
     "loss_tokens",
     "drift_tokens",

@@ -176,7 +176,7 @@ def test_corrupt_newest_checkpoint_is_skipped(fixture):
     part.write_bytes(bytes(raw))
     reruns, stdout = _finish(cmd)
     assert "step_00000004" in stdout and "resuming from" in stdout, stdout
-    bad = [i for i in read_incidents(out / "ckpt" / "incidents.jsonl")]
+    bad = [i for i in read_incidents(out / "incidents.jsonl")]
     assert any(
         i["kind"] == "checkpoint_corrupt" and i["step"] == 5 and "actor.safetensors" in i["problem"]
         for i in bad

@@ -52,6 +52,7 @@ CONFIG = {
     "rollout": {"launch": 3, "admit": 2, "workers": 2},
     "ppo": {"minibatch": 2},
     "campaign": {"steps_per_segment": 2, "keep_checkpoints": 3},
+    "reward": {"scale": 10},  # the hand-made pool below records no assertion counts
 }
 
 
@@ -85,7 +86,8 @@ def _run_dir(world: dict, name: str) -> Path:
     pool = run / "pool/train"
     pool.mkdir(parents=True)
     tasks = [{"path": str(REPO / "workflow/tasks" / t)} for t in TASKS]
-    (pool / "manifest.json").write_text(json.dumps({"schema_version": 1, "tasks": tasks}))
+    manifest = {"schema_version": 1, "status": "complete", "tasks": tasks}
+    (pool / "manifest.json").write_text(json.dumps(manifest))
     return run
 
 

@@ -70,7 +70,7 @@ def test_dry_run_of_the_122b_preset_on_slurm(wf):
     # the preset's settings win over tiny.yaml's (Snakemake's precedence, kept by run_config)
     assert f"--base workflow/config/tiny.yaml {wf / PRESET}" in r.stdout
     assert "--spec workflow/config/qwen3.5-122b-a10b.children.yaml" in r.stdout
-    assert "gpu=8" in r.stdout and "nodes=4" in r.stdout
+    assert "gpu=8" in r.stdout and "nodes=8" in r.stdout  # 4 trainer + 4 SGLang replica nodes
 
 
 def test_segments_form_a_chain(wf):

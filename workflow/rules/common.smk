@@ -1,41 +1,44 @@
-# Shared helpers for the files in workflow/rules/: config access with the dataclass defaults,
-# run names, paths, the pinned per-run config, resources. Included first by the Snakefile.
+# Shared helpers for the files in workflow/rules/: config access, run names, paths, input
+# functions, resources. Included first by the Snakefile. The config logic (merging, --config
+# overrides, runs, the pinned per-run config) lives in t1/campaign.py (`t1 run-config`).
 
-import json
 import os
-import shlex
 import sys
 from pathlib import Path
 
-import yaml
-
-from t1.campaign import derive_config, merge, read_pinned
-from t1.config import Config, to_dict
+from t1 import campaign
 
 # `t1` and `python` in rule shells are this environment's, activated or not
 os.environ["PATH"] = (
     f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 )
 
-DEFAULTS = to_dict(Config())
-
 
 def conf(dotted):
     """config["a"]["b"] for "a.b", falling back to t1.config's default."""
-    node, default = config, DEFAULTS
-    for key in dotted.split("."):
-        default = default[key]
-        node = node.get(key, default) if isinstance(node, dict) else default
-    return node
+    return campaign.lookup(config, dotted)
 
 
 RESULTS = conf("run.results_dir")
 NAME = conf("run.name")
+
+
+def _next_log_attempt():
+    # one number per snakemake invocation, above every attempt-N.log already there
+    found = Path(RESULTS).glob("*/logs/**/attempt-*.log")
+    numbers = [
+        int(p.stem.split("-")[1]) for p in found if p.stem.split("-")[1].isdigit()
+    ]
+    return max(numbers, default=0) + 1
+
+
+# logs go to .../logs/<rule>/attempt-N.log, so a rerun after a crash keeps the crashed
+# attempt's log; the jobs of one invocation (Slurm jobs included: they inherit the
+# environment) share N
+ATTEMPT = os.environ.setdefault("T1_LOG_ATTEMPT", str(_next_log_attempt()))
+
 # run -> settings on top of the workflow's config (campaign_binary: binary reward)
-RUNS = {
-    NAME: {"run.name": NAME},
-    f"{NAME}-binary": {"run.name": f"{NAME}-binary", "reward.kind": "binary"},
-}
+RUNS = campaign.runs(NAME)
 SEGMENTS = conf("campaign.segments")
 K = conf("campaign.steps_per_segment")
 LAST_STEP = SEGMENTS * K - 1
@@ -57,39 +60,24 @@ def pinned(wildcards):
     return ancient(f"{RESULTS}/{wildcards.run}/config.yaml")
 
 
+def provisioned(wildcards):
+    # the offline caches, built where the network is (localrule `provision`, tasks.smk)
+    # (the linter reads the word for a Snakemake rule plus a colon as a rule definition)
+    return f"{RESULTS}/{wildcards.run}/provision/provision.json"
+
+
 def tokenizer_dir(wildcards):
     return f"{RESULTS}/{wildcards.run}/tokenizer"
 
 
-def _leaves(d, prefix=""):
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_leaves(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-# config files in Snakemake's precedence (the configfile directive's, then --configfile's)
-CONFIG_FILES = [
-    str(f) for f in workflow.configfiles if f not in workflow.overwrite_configfiles
-]
-CONFIG_FILES += [str(f) for f in workflow.overwrite_configfiles]
-_from_files = {}
-for _f in CONFIG_FILES:
-    _from_files = merge(_from_files, yaml.safe_load(Path(_f).read_text()) or {})
-# what `--config KEY=VALUE` changed on top of the files
-CLI_SETS = {
-    k: v
-    for k, v in _leaves(config).items()
-    if _leaves(_from_files).get(k, object()) != v
-}
+CONFIG_FILES = campaign.config_files(
+    workflow.configfiles, workflow.overwrite_configfiles
+)
+CLI_SETS = campaign.cli_sets(config, CONFIG_FILES)  # what `--config KEY=VALUE` changed
 
 
 def set_flags(wildcards):
-    sets = {**CLI_SETS, **RUNS[wildcards.run]}
-    return " ".join(shlex.quote(f"--set={k}={json.dumps(v)}") for k, v in sets.items())
+    return campaign.set_flags({**CLI_SETS, **RUNS[wildcards.run]})
 
 
 def final_segment(run):
@@ -98,19 +86,6 @@ def final_segment(run):
 
 def final_policy(run):
     return f"{RESULTS}/{run}/ppo/steps/step_{LAST_STEP:06d}/train/actor"
-
-
-def warn_if_pinned_differs():
-    """A run keeps the config it started with; say so when the workflow's config moved on."""
-    for run, sets in RUNS.items():
-        path = f"{RESULTS}/{run}/config.yaml"
-        old = read_pinned(path)
-        if old is not None and old != derive_config(dict(config), sets):
-            print(
-                f"NOTE: {path} (pinned when the run started) differs from the workflow's "
-                "config; the run goes on with its pinned file (delete it to start the run over).",
-                file=sys.stderr,
-            )
 
 
 # resources of heavy jobs (portable names; the profile maps them to the site)
@@ -136,7 +111,7 @@ def split_dirs(wildcards):
 
 
 def split_inputs(wildcards):
-    out = {"cfg": pinned(wildcards)}
+    out = {"cfg": pinned(wildcards), "provision": provisioned(wildcards)}
     if wildcards.split == "train" and conf("campaign.synthesize"):
         out["audit"] = f"{RESULTS}/{NAME}/tasks/audit/audit.json"
     return out

@@ -11,7 +11,7 @@ rule warmup_rollout:
     output:
         f"{RESULTS}/{{run}}/critic/rollout/rollout.json",
     log:
-        f"{RESULTS}/{{run}}/logs/warmup_rollout.log",
+        f"{RESULTS}/{{run}}/logs/warmup_rollout/attempt-{ATTEMPT}.log",
     container:
         TRAINER_IMAGE
     threads: conf("rollout.workers")
@@ -37,7 +37,7 @@ rule warmup_critic:
     output:
         f"{RESULTS}/{{run}}/critic/warmup/DONE.json",
     log:
-        f"{RESULTS}/{{run}}/logs/critic_warmup.log",
+        f"{RESULTS}/{{run}}/logs/critic_warmup/attempt-{ATTEMPT}.log",
     container:
         TRAINER_IMAGE
     threads: CPUS

@@ -7,7 +7,7 @@ rule evaluate_policy:
     output:
         f"{RESULTS}/{{run}}/eval/{{stage}}/eval.json",
     log:
-        f"{RESULTS}/{{run}}/logs/evaluate_{{stage}}.log",
+        f"{RESULTS}/{{run}}/logs/evaluate_{{stage}}/attempt-{ATTEMPT}.log",
     container:
         TRAINER_IMAGE
     threads: conf("rollout.workers")

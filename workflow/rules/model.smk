@@ -7,7 +7,7 @@ rule tokenizer:
     output:
         directory(f"{RESULTS}/{{run}}/tokenizer"),
     log:
-        f"{RESULTS}/{{run}}/logs/tokenizer.log",
+        f"{RESULTS}/{{run}}/logs/tokenizer/attempt-{ATTEMPT}.log",
     container:
         TRAINER_IMAGE
     resources:
@@ -30,7 +30,7 @@ rule init_policy:
     output:
         directory(f"{RESULTS}/{{run}}/policy/init"),
     log:
-        f"{RESULTS}/{{run}}/logs/init_policy.log",
+        f"{RESULTS}/{{run}}/logs/init_policy/attempt-{ATTEMPT}.log",
     container:
         TRAINER_IMAGE
     resources:

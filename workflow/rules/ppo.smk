@@ -12,7 +12,7 @@ rule ppo_segment:
     output:
         f"{RESULTS}/{{run}}/ppo/iter_{{i}}/DONE",
     log:
-        f"{RESULTS}/{{run}}/logs/ppo/iter_{{i}}.log",
+        f"{RESULTS}/{{run}}/logs/ppo/iter_{{i}}/attempt-{ATTEMPT}.log",
     container:
         TRAINER_IMAGE
     threads: CPUS

@@ -11,7 +11,7 @@ rule report:
     output:
         f"{RESULTS}/{{run}}/report.md",
     log:
-        f"{RESULTS}/{{run}}/logs/report.log",
+        f"{RESULTS}/{{run}}/logs/report/attempt-{ATTEMPT}.log",
     localrule: True
     container:
         TRAINER_IMAGE

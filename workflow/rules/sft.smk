@@ -9,7 +9,7 @@ rule expert_rollout:
     output:
         f"{RESULTS}/{{run}}/sft/expert/rollout.json",
     log:
-        f"{RESULTS}/{{run}}/logs/expert_rollout.log",
+        f"{RESULTS}/{{run}}/logs/expert_rollout/attempt-{ATTEMPT}.log",
     container:
         TRAINER_IMAGE
     threads: conf("rollout.workers")
@@ -33,7 +33,7 @@ rule sft:
     output:
         f"{RESULTS}/{{run}}/sft/model/DONE.json",
     log:
-        f"{RESULTS}/{{run}}/logs/sft.log",
+        f"{RESULTS}/{{run}}/logs/sft/attempt-{ATTEMPT}.log",
     container:
         TRAINER_IMAGE
     threads: CPUS

@@ -5,7 +5,7 @@ rule run_config:
     output:
         f"{RESULTS}/{{run}}/config.yaml",
     log:
-        f"{RESULTS}/{{run}}/logs/run_config.log",
+        f"{RESULTS}/{{run}}/logs/run_config/attempt-{ATTEMPT}.log",
     localrule: True
     container:
         TRAINER_IMAGE
@@ -13,16 +13,38 @@ rule run_config:
         base=" ".join(CONFIG_FILES),
         sets=set_flags,
     shell:
-        "python -m t1.campaign config --base {params.base} {params.sets} --out {output} &> {log}"
+        "t1 run-config --base {params.base} {params.sets} --out {output} &> {log}"
+
+
+# Where the network is: the offline tool cache (what the tasks install, read from their
+# Dockerfiles, verifiers and solutions) and the task environments (bwrap layers or apptainer
+# images) are built here, on the submit host, before any compute job; compute jobs only read
+# those caches. No container: it needs the host's apt, bwrap and apptainer.
+rule provision:
+    input:
+        cfg=pinned,
+    output:
+        f"{RESULTS}/{{run}}/provision/provision.json",
+    log:
+        f"{RESULTS}/{{run}}/logs/provision/attempt-{ATTEMPT}.log",
+    localrule: True
+    params:
+        dirs=" ".join(sorted(set(conf("tasks.train_dirs")) | set(conf("tasks.eval_dirs")))),
+        backend=conf("sandbox.backend"),
+        env_cache=conf("tasks.env_cache"),
+        out=(f"--out {conf('sandbox.provision_dir')}" if conf("sandbox.provision_dir") else ""),
+    shell:
+        "t1 provision --tasks {params.dirs} --build-envs {params.backend} --env-cache {params.env_cache} {params.out} --json {output} &> {log}"
 
 
 rule synth_tasks:
     input:
         cfg=pinned,
+        provision=provisioned,
     output:
         f"{RESULTS}/{{run}}/tasks/synth/DONE.json",
     log:
-        f"{RESULTS}/{{run}}/logs/synth.log",
+        f"{RESULTS}/{{run}}/logs/synth/attempt-{ATTEMPT}.log",
     container:
         TRAINER_IMAGE
     threads: conf("synth.workers")
@@ -44,7 +66,7 @@ rule audit_tasks:
     output:
         f"{RESULTS}/{{run}}/tasks/audit/audit.json",
     log:
-        f"{RESULTS}/{{run}}/logs/audit.log",
+        f"{RESULTS}/{{run}}/logs/audit/attempt-{ATTEMPT}.log",
     container:
         TRAINER_IMAGE
     threads: conf("synth.workers")
@@ -65,7 +87,7 @@ rule validate_tasks:
     output:
         f"{RESULTS}/{{run}}/tasks/validate/oracle_{{split}}.json",
     log:
-        f"{RESULTS}/{{run}}/logs/validate_{{split}}.log",
+        f"{RESULTS}/{{run}}/logs/validate_{{split}}/attempt-{ATTEMPT}.log",
     container:
         TRAINER_IMAGE
     threads: 2
@@ -79,14 +101,38 @@ rule validate_tasks:
         "t1 oracle {params.dirs} --config {input.cfg} --jobs {threads} --json {output} &> {log}"
 
 
+# the no-op score of every task (assertions that pass with no agent action): the pool records
+# it for reward.subtract_noop; a task whose no-op run errs gets no record (rows with errors
+# do not fail the rule, the JSON is what counts)
+rule noop_tasks:
+    input:
+        unpack(split_inputs),
+    output:
+        f"{RESULTS}/{{run}}/tasks/validate/noop_{{split}}.json",
+    log:
+        f"{RESULTS}/{{run}}/logs/noop_{{split}}/attempt-{ATTEMPT}.log",
+    container:
+        TRAINER_IMAGE
+    threads: 2
+    resources:
+        runtime=60,
+        mem_mb=4000,
+        cpus_per_task=2,
+    params:
+        dirs=split_dirs,
+    shell:
+        "t1 oracle {params.dirs} --agent noop --config {input.cfg} --jobs {threads} --json {output} &> {log} || test -s {output}"
+
+
 rule pool:
     input:
         unpack(split_inputs),
         validated=f"{RESULTS}/{{run}}/tasks/validate/oracle_{{split}}.json",
+        noop=f"{RESULTS}/{{run}}/tasks/validate/noop_{{split}}.json",
     output:
         f"{RESULTS}/{{run}}/pool/{{split}}/manifest.json",
     log:
-        f"{RESULTS}/{{run}}/logs/pool_{{split}}.log",
+        f"{RESULTS}/{{run}}/logs/pool_{{split}}/attempt-{ATTEMPT}.log",
     container:
         TRAINER_IMAGE
     resources:
@@ -99,4 +145,4 @@ rule pool:
         ),
         out=lambda w: f"{RESULTS}/{w.run}/pool/{w.split}",
     shell:
-        "t1 pool --config {input.cfg} --in {params.dirs} --validated {input.validated} {params.audit} --out {params.out} &> {log}"
+        "t1 pool --config {input.cfg} --in {params.dirs} --validated {input.validated} --noop {input.noop} {params.audit} --out {params.out} &> {log}"

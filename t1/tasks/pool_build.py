@@ -1,43 +1,41 @@
-"""`t1 pool`: materialize a ranked task pool with a manifest; `PoolLoader` shuffles per epoch.
+"""`t1 pool`: rank audited tasks, remove near-duplicates, and materialize a pool with a manifest.
 
     t1 pool --in results/synth/tasks --out results/pool              # audit.json found beside
     t1 pool --in A B --audit A/audit.json --audit B/audit.json --out POOL --threshold 0.9
-
-    loader = PoolLoader("results/pool", seed=cfg.run.seed)
-    for task in loader.epoch(3): ...        # a permutation fixed by (seed, epoch)
 
 Scores come from `t1 audit` reports (`--audit FILE`, else `<in>/audit.json` or
 `<in>/../audit.json`): rejected tasks are left out, borderline ones only with
 `--include-borderline`, and so are tasks a `--validated FILE` (`t1 oracle --json`) shows
 unresolved or in error; tasks without an audit row are ranked after the audited ones by
 difficulty (and counted in the manifest as unaudited). Near-duplicates (MinHash Jaccard >=
-threshold over 5-word shingles of instruction, solution and tests; t1.audit) are removed,
+threshold over 5-word shingles of instruction, solution and tests; t1.synth.dedup) are removed,
 keeping the better-ranked task. The pool is written in quality-rank order
 (`tasks/00000-<id>/`, repaired instructions applied) with `manifest.json`: schema_version,
 status, created, threshold, counts, `binary_outcomes` (every verifier gives only a reward
 file: a pool for critic warm-up), and per task rank, id, path, score, category, difficulty,
-assertions, binary_only; plus the removed duplicates. Because the order on disk is the quality
-ranking, training must shuffle: `PoolLoader` only hands tasks out per epoch, in a permutation
-drawn from (seed, epoch), so runs are reproducible and resumable at any epoch.
+assertions, binary_only, noop_passed, noop_total; plus the removed duplicates. `assertions` is
+the count the oracle measured (`--validated`) when there is one; `noop_*` are what the task
+scores with no agent action (`--noop FILE`: `t1 oracle --agent noop --json` rows; null when
+not measured), which `reward.subtract_noop` subtracts (t1.reward).
 Exit 0 on success, 1 when no task survives, 2 on bad input.
+
+This is the builder, which needs the audit (t1.audit) and the synthesizer's MinHash
+(t1.synth.dedup). Reading a pool - `PoolLoader` and the one epoch order training uses - is
+t1/tasks/pool.py, which imports neither, so the rollout does not either.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import random
 import shutil
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
-MANIFEST = "manifest.json"
+from t1.tasks.pool import MANIFEST, SCHEMA_VERSION
 
 
 def _audit_rows(dirs: list[Path], audits: list[Path]) -> dict[str, dict[str, Any]]:
@@ -94,6 +92,7 @@ def build_pool(
     threshold: float = 0.9,
     include_borderline: bool = False,
     validated: list[Path] = (),
+    noop: list[Path] = (),
 ) -> dict[str, Any]:
     """Rank, deduplicate and materialize; returns the manifest (also written to out/)."""
     from t1.audit import difficulty_of
@@ -106,6 +105,7 @@ def build_pool(
     dirs = [p.resolve() for p in find_tasks(in_dirs)]
     rows = _audit_rows([Path(d) for d in in_dirs], list(audits))
     oracle = _validated(list(validated))
+    noops = _validated(list(noop))
     entries, skipped = [], {"rejected": 0, "borderline": 0, "oracle": 0, "invalid": 0}
     for d in dirs:
         if check_task(d):  # not a loadable task: never materialize it
@@ -122,7 +122,9 @@ def build_pool(
         if r is not None and r["stage"] == "borderline" and not include_borderline:
             skipped["borderline"] += 1
             continue
-        assertions = (r or {}).get("assertions") or _count_tests(d)
+        assertions = (r or {}).get("assertions") or (v or {}).get("total") or _count_tests(d)
+        n = noops.get(d.name)
+        n = n if n is not None and not n.get("error") and n.get("total") else None
         entries.append(
             {
                 "dir": d,
@@ -133,6 +135,9 @@ def build_pool(
                 "difficulty": (r or {}).get("difficulty", difficulty_of(d, assertions)),
                 "assertions": assertions,
                 "binary_only": bool(r["binary_only"]) if r else _static_binary(d),
+                "noop": None if n is None else (int(n["passed"]), int(n["total"])),
+                # the reference run's assertion names: t1.verifier marks other names `tampered`
+                "names": sorted(x["name"] for x in v["assertions"]) if v and v.get("assertions") else None,
                 "instruction": (r or {}).get("repaired_instruction")
                 if (r or {}).get("repaired")
                 else None,
@@ -179,6 +184,9 @@ def build_pool(
                 "difficulty": round(e["difficulty"], 4),
                 "assertions": e["assertions"],
                 "binary_only": e["binary_only"],
+                "noop_passed": None if e["noop"] is None else e["noop"][0],
+                "noop_total": None if e["noop"] is None else e["noop"][1],
+                "assertion_names": e["names"],
                 "audited": e["audited"],
                 "source": str(e["dir"]),
             }
@@ -233,80 +241,6 @@ def _category_counts(tasks: list[dict[str, Any]]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-@dataclass(frozen=True)
-class PoolTask:
-    rank: int
-    id: str
-    path: Path
-    score: float | None
-    category: str
-    assertions: int
-    binary_only: bool
-
-
-class PoolLoader:
-    """A materialized pool, handed out one epoch at a time in a seeded permutation.
-
-    The directory order is the quality ranking, so there is deliberately no way to iterate in
-    that order: `epoch(e)` returns the tasks permuted by (seed, e) — reproducible, different
-    per epoch, and never the identity for pools of more than two tasks.
-    """
-
-    def __init__(self, pool_dir: str | Path, seed: int) -> None:
-        self.dir = Path(pool_dir)
-        path = self.dir / MANIFEST
-        try:
-            m = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path}: cannot read the pool manifest: {e}") from None
-        if m.get("schema_version") != SCHEMA_VERSION or m.get("status") != "complete":
-            raise ValueError(
-                f"{path}: not a complete pool manifest (schema_version {SCHEMA_VERSION})"
-            )
-        self.manifest = m
-        self.seed = int(seed)
-        self.binary_outcomes = bool(m.get("binary_outcomes"))
-        self._tasks = [
-            PoolTask(
-                t["rank"],
-                t["id"],
-                self.dir / t["path"],
-                t["score"],
-                t["category"],
-                t["assertions"],
-                t["binary_only"],
-            )
-            for t in m["tasks"]
-        ]
-
-    def __len__(self) -> int:
-        return len(self._tasks)
-
-    def __iter__(self):
-        raise TypeError("a pool is stored in quality-rank order; iterate PoolLoader.epoch(e)")
-
-    def order(self, epoch: int) -> list[int]:
-        """The permutation of ranks for `epoch` (pure function of seed and epoch)."""
-        n = len(self._tasks)
-        idx = list(range(n))
-        rng = random.Random(f"t1-pool:{self.seed}:{int(epoch)}")
-        rng.shuffle(idx)
-        while n > 2 and idx == sorted(idx):  # never hand out the ranking itself
-            rng.shuffle(idx)
-        return idx
-
-    def epoch(self, epoch: int) -> list[PoolTask]:
-        return [self._tasks[i] for i in self.order(epoch)]
-
-    def batches(self, epoch: int, size: int, start: int = 0) -> list[list[PoolTask]]:
-        """The epoch's permutation cut into batches, from task `start` (a resume cursor)."""
-        tasks = self.epoch(epoch)[start:]
-        return [tasks[i : i + size] for i in range(0, len(tasks), size)]
-
-    def epochs_needed(self, tasks: int) -> int:
-        return math.ceil(tasks / len(self._tasks)) if self._tasks else 0
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--in",
@@ -342,6 +276,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="t1 oracle --json rows: tasks it did not resolve are left out (repeatable)",
     )
+    parser.add_argument(
+        "--noop",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="t1 oracle --agent noop --json rows: each task's no-op score (repeatable)",
+    )
     parser.add_argument("--config", type=Path, help="campaign config (synth.dedup_threshold)")
 
 
@@ -352,7 +294,13 @@ def main(args: argparse.Namespace) -> int:
     threshold = cfg.synth.dedup_threshold if args.threshold is None else args.threshold
     try:
         m = build_pool(
-            args.inputs, args.out, args.audit, threshold, args.include_borderline, args.validated
+            args.inputs,
+            args.out,
+            args.audit,
+            threshold,
+            args.include_borderline,
+            args.validated,
+            args.noop,
         )
     except (FileExistsError, ValueError) as e:
         print(f"t1 pool: {e}", file=sys.stderr)

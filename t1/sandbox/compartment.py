@@ -1,0 +1,456 @@
+"""The verifier's compartment: a second bubblewrap over the agent's filesystem, none of its processes.
+
+    from t1.sandbox.compartment import stop_agent, harness_site, run_compartment
+    stopped = stop_agent(sandbox)                  # kill what the agent started (services aside)
+    site = harness_site(provision_root, ["pytest==8.4.1", "requests"])
+    res = run_compartment(sandbox, argv, env, tests_dir=..., logs_dir=..., harness_dir=...,
+                          channel=True, timeout=120)
+
+t1.verifier uses this; there is no command of its own (`t1 oracle` exercises it).
+
+stop_agent: the agent's cgroup is frozen, every process in it is SIGKILLed except bwrap's own
+two (the launcher and the pid-1 init of the agent's pid namespace), the shell protocol's loop
+and the bash it runs (its death would end the namespace; the verifier never uses that shell
+again), and *services*: processes
+holding a listening TCP or unix socket (Terminal-Bench tasks check servers the agent left
+running). Repeated until nothing else is left, so a fork bomb or a double-forked daemon dies
+too. Services stay in the agent's namespaces: they never see what the verifier mounts.
+
+The compartment is `bwrap` started by this process (host binaries, never a file of the
+sandbox) in a new pid, ipc, uts and mount namespace, and in the agent's network namespace
+when services survive (`nsenter --net`, entered before bwrap execs, so nothing is looked up
+in the sandbox's mount namespace) — otherwise in a network namespace of its own. It binds
+the agent's filesystem (the /usr, /etc, /var overlays, the workdir, /tmp, /root, /home,
+/logs) where the agent had it, and over it, privately: /tests (fresh copy of the task's
+tests), /logs/verifier (a fresh host dir), /run/t1/host/{usr,etc} (the host's own read-only
+system, for the harness), /run/t1/harness (runner, pytest site; read-only), an empty
+/etc/ld.so.preload and the host's /etc/nsswitch.conf (both are read by the dynamic loader
+and libc of every process, the harness included). All capabilities dropped, a cgroup of its
+own (killed whole when the verifier ends), `--die-with-parent`.
+
+The outcome channel is a pipe: its write end is passed to the compartment as one fd (the
+harness makes it non-inheritable at once), its read end stays here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import select
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from t1.sandbox import mask as maskmod
+from t1.sandbox.base import Limits, SandboxError
+from t1.sandbox.limits import Cgroup, join_script
+
+log = logging.getLogger(__name__)
+
+HOST_VIEW = "/run/t1/host"  # the host's /usr and /etc, read-only, inside the compartment
+HARNESS_INSIDE = "/run/t1/harness"
+TMP_INSIDE = "/run/t1/tmp"  # the harness's TMPDIR (tests still see the agent's /tmp)
+HARNESS_CACHE = Path("~/.cache/t1/harness").expanduser()
+LOOP_PREFIX = "/bin/bash --noprofile --norc -c set -m; while"  # t1.sandbox.shell.outer_loop
+_LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")
+
+
+# --------------------------------------------------------------------------- the pristine host
+
+
+@dataclass(frozen=True)
+class Pristine:
+    """How to start a host binary inside the compartment without the sandbox's loader or libs."""
+
+    loader: str  # host path of the dynamic loader (under /usr: merged-/usr hosts)
+    libdirs: tuple[str, ...]
+
+    @classmethod
+    def detect(cls) -> Pristine:
+        for cand in _LOADERS:
+            if os.path.exists(cand):
+                real = os.path.realpath(cand)
+                if not real.startswith("/usr/"):
+                    raise SandboxError(
+                        f"the verifier needs a merged-/usr host: the loader {cand} resolves to "
+                        f"{real}, outside /usr"
+                    )
+                return cls(real, (os.path.dirname(real), "/usr/lib"))
+        raise SandboxError(
+            f"no dynamic loader found on this host (looked for {', '.join(_LOADERS)})"
+        )
+
+    def argv(self, program: str) -> list[str]:
+        """argv prefix running host `program` (e.g. /usr/bin/python3) from the host view."""
+        real = os.path.realpath(program)
+        if not real.startswith("/usr/"):
+            raise SandboxError(f"{program} resolves to {real}, outside /usr")
+        inside = lambda p: HOST_VIEW + p  # noqa: E731
+        return [
+            inside(self.loader),
+            "--library-path",
+            ":".join(inside(d) for d in self.libdirs),
+            inside(real),
+        ]
+
+
+def harness_site(provision_root: Path, specs: list[str], cache: Path = HARNESS_CACHE) -> Path:
+    """A directory with pytest and `specs` installed for the host's python3 (cached by specs).
+
+    Built on the host by the provisioned `uv` from the provisioned wheelhouse (offline), never
+    inside a sandbox. Raises SandboxError naming the spec that is not provisioned.
+    """
+    specs = sorted(set(specs))
+    key = hashlib.sha256("\n".join(specs).encode()).hexdigest()[:16]
+    out = Path(cache) / key
+    if (out / ".done").is_file():
+        return out
+    uv = Path(provision_root) / "libexec" / "uv"
+    if not uv.is_file():
+        raise SandboxError(f"{uv}: missing (run `t1 provision`): the verifier harness needs uv")
+    tmp = out.with_name(f".{key}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    cmd = [str(uv), "pip", "install", "--offline", "--no-index", "--quiet", "--find-links",
+           str(Path(provision_root) / "wheels"), "--python", os.path.realpath("/usr/bin/python3"),
+           "--target", str(tmp), *specs]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SandboxError(
+            f"cannot build the verifier harness with {' '.join(specs)} from "
+            f"{provision_root}/wheels (add it with `t1 provision --pip SPEC`): {r.stderr.strip()[-500:]}"
+        )
+    (tmp / ".done").write_text("\n".join(specs) + "\n")
+    try:
+        os.replace(tmp, out)
+    except OSError:  # another process built it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+# --------------------------------------------------------------------------- stopping the agent
+
+
+@dataclass
+class Stopped:
+    """What stop_agent did: pids killed, services left running (pid -> command line)."""
+
+    killed: int = 0
+    services: dict[int, str] = field(default_factory=dict)
+    netns_fd: int | None = None  # an open handle on the agent's network namespace
+
+
+def _ppid(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (
+            Path(f"/proc/{pid}/cmdline")
+            .read_bytes()
+            .replace(b"\0", b" ")
+            .decode(errors="replace")
+            .strip()
+        )
+    except OSError:
+        return ""
+
+
+def listening_inodes(pid: int) -> set[str]:
+    """Socket inodes listening in the network namespace of `pid` (TCP LISTEN, unix listening)."""
+    out: set[str] = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{name}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) > 9 and parts[3] == "0A":
+                out.add(parts[9])
+    try:
+        for line in Path(f"/proc/{pid}/net/unix").read_text().splitlines()[1:]:
+            parts = line.split()  # Num RefCount Protocol Flags Type St Inode Path
+            if len(parts) > 6 and int(parts[3], 16) & 0x10000:  # __SO_ACCEPTCON
+                out.add(parts[6])
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def _holds_any(pid: int, inodes: set[str]) -> bool:
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                return True
+    except OSError:
+        pass
+    return False
+
+
+def _freeze(cg: Cgroup, on: bool) -> None:
+    if "v2" in cg.dirs and (cg.dirs["v2"] / "cgroup.freeze").exists():
+        (cg.dirs["v2"] / "cgroup.freeze").write_text("1" if on else "0")
+    elif "freezer" in cg.dirs:
+        (cg.dirs["freezer"] / "freezer.state").write_text("FROZEN" if on else "THAWED")
+
+
+def stop_agent(cg: Cgroup | None, launcher_pid: int | None, rounds: int = 200) -> Stopped:
+    """Kill every process of the agent's cgroup but bwrap's own and the services (see module)."""
+    st = Stopped()
+    if cg is None or launcher_pid is None:
+        return st
+    own_net = os.stat("/proc/self/ns/net").st_ino
+    for _ in range(rounds):
+        try:
+            _freeze(cg, True)
+        except OSError:
+            pass
+        pids = cg.pids()
+        parent = {p: _ppid(p) for p in pids}
+        inner = [p for p in pids if parent[p] == launcher_pid]  # bwrap's pid-1 init
+        loops = [p for p in pids if parent[p] in inner and _cmdline(p).startswith(LOOP_PREFIX)]
+        keep = {launcher_pid, *inner, *loops, *(p for p in pids if parent[p] in loops)}
+        if st.netns_fd is None:
+            for p in inner:
+                try:
+                    if os.stat(f"/proc/{p}/ns/net").st_ino != own_net:
+                        st.netns_fd = os.open(f"/proc/{p}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+                        break
+                except OSError:
+                    continue
+        inodes = set().union(*(listening_inodes(p) for p in inner)) if inner else set()
+        victims = []
+        for p in pids - keep:
+            if inodes and _holds_any(p, inodes):
+                st.services.setdefault(p, _cmdline(p))
+            else:
+                victims.append(p)
+        for p in victims:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            _freeze(cg, False)
+        except OSError:
+            pass
+        if not victims:
+            break
+        st.killed += len(victims)
+        time.sleep(0.01)
+    else:
+        raise SandboxError(f"agent processes kept appearing after {rounds} kill rounds")
+    st.services = {p: c for p, c in st.services.items() if Path(f"/proc/{p}").exists()}
+    return st
+
+
+# --------------------------------------------------------------------------- the compartment
+
+
+def compartment_args(
+    plan,
+    spec,
+    as_root: bool,
+    tests_dir: Path,
+    vlogs_dir: Path,
+    harness_dir: Path,
+    share_net: bool,
+    site_dir: Path | None = None,
+    host_root: Path = Path("/"),
+) -> list[str]:
+    """bwrap argv of the verifier compartment over the agent sandbox `plan` (pure)."""
+    from t1.sandbox.bwrap import host_symlinks
+
+    a = ["bwrap", "--die-with-parent", "--cap-drop", "ALL"]
+    a += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    if not share_net:
+        a.append("--unshare-net")
+    if not as_root:
+        a += ["--unshare-user", "--uid", "0", "--gid", "0"]
+    a += ["--hostname", spec.hostname]
+    if "/" in plan.overlays:
+        a += ["--bind", str(plan.overlays["/"].merged), "/"]
+    for d in maskmod.SYSTEM_DIRS:
+        ov = plan.overlays.get(d)
+        if ov is None:
+            a += ["--ro-bind", str(host_root / d), f"/{d}"]
+        else:
+            a += ["--bind" if ov.upper is not None else "--ro-bind", str(ov.merged), f"/{d}"]
+    root = plan.overlays["/"].merged if "/" in plan.overlays else None
+    for name, target in host_symlinks(host_root).items():
+        if root is None or not os.path.lexists(root / name):  # the agent's bwrap made it there
+            a += ["--symlink", target, f"/{name}"]
+    a += ["--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc", "--tmpfs", "/run"]
+    shared = getattr(plan, "shared", {}) or {}
+    for inside in ("/tmp", "/root", "/home"):
+        if inside in shared:
+            a += ["--bind", str(shared[inside]), inside]
+        else:
+            a += ["--tmpfs", inside] if inside == "/tmp" else ["--dir", inside]
+    if plan.provision is not None:
+        a += ["--ro-bind", str(plan.provision), "/opt/t1"]
+    if plan.workdir_host is not None:
+        a += ["--bind", str(plan.workdir_host), spec.workdir]
+    if plan.logs_host is not None:
+        a += ["--bind", str(plan.logs_host), "/logs"]
+    a += ["--bind", str(vlogs_dir), "/logs/verifier", "--bind", str(tests_dir), "/tests"]
+    a += ["--ro-bind", str(host_root / "usr"), f"{HOST_VIEW}/usr"]
+    a += ["--ro-bind", str(host_root / "etc"), f"{HOST_VIEW}/etc"]
+    a += ["--ro-bind", str(harness_dir), HARNESS_INSIDE, "--dir", TMP_INSIDE]
+    if site_dir is not None:
+        a += ["--ro-bind", str(site_dir), f"{HARNESS_INSIDE}/site"]
+    a += ["--ro-bind", "/dev/null", "/etc/ld.so.preload"]
+    if (host_root / "etc/nsswitch.conf").is_file():
+        a += ["--ro-bind", str(host_root / "etc/nsswitch.conf"), "/etc/nsswitch.conf"]
+    a += ["--chdir", spec.workdir]
+    return a
+
+
+def clear_mount_points(plan) -> None:
+    """Make /logs/verifier and /tests plain empty dirs of the agent's filesystem again.
+
+    They are the verifier's (Terminal-Bench removes both before it copies the tests in); a
+    symlink or file the agent left there would redirect or break the compartment's binds.
+    """
+    spots = []
+    if plan.logs_host is not None:
+        spots.append(Path(plan.logs_host) / "verifier")
+    if "/" in plan.overlays:
+        spots.append(Path(plan.overlays["/"].merged) / "tests")
+    for p in spots:
+        if p.is_symlink() or (p.exists() and not p.is_dir()):
+            p.unlink()
+        elif p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        p.mkdir(exist_ok=True)
+
+
+@dataclass
+class CompartmentRun:
+    records: list[dict]
+    exit_code: int | None
+    output: str
+    timed_out: bool
+    seconds: float
+
+
+def run_compartment(
+    sandbox,
+    argv: list[str],
+    env: dict[str, str],
+    tests_dir: Path,
+    vlogs_dir: Path,
+    harness_dir: Path,
+    timeout: float,
+    netns_fd: int | None,
+    channel: bool = True,
+    limits: Limits | None = None,
+    output_cap: int = 1 << 20,
+    site_dir: Path | None = None,
+) -> CompartmentRun:
+    """Run `argv` (inside paths; may contain "{fd}") in the compartment; collect the channel."""
+    import json
+
+    from t1.sandbox.bwrap import _which
+
+    t0 = time.monotonic()
+    as_root = os.geteuid() == 0
+    share_net = netns_fd is not None and as_root
+    inner = compartment_args(
+        sandbox.plan, sandbox.spec, as_root, tests_dir, vlogs_dir, harness_dir, share_net, site_dir
+    )
+    inner[0] = _which("bwrap")
+    clear_mount_points(sandbox.plan)
+    r_fd, w_fd = os.pipe()
+    pass_fds = [w_fd] if channel else []
+    pre: list[str] = []
+    if share_net:
+        pass_fds.append(netns_fd)
+        pre = [_which("nsenter"), f"--net=/proc/self/fd/{netns_fd}", "--"]
+    cg = (
+        Cgroup.create(sandbox.name + "-verifier", limits or sandbox.spec.limits)
+        if as_root
+        else None
+    )
+    script = join_script(cg) + 'exec "$@"'
+    cmd = [
+        "/bin/sh",
+        "-c",
+        script,
+        "t1-verifier",
+        *pre,
+        *inner,
+        "--",
+        *[a.replace("{fd}", str(w_fd)) for a in argv],
+    ]
+    out_path = vlogs_dir.parent / "compartment-output.txt"
+    records: list[dict] = []
+    timed_out = False
+    try:
+        with out_path.open("wb") as out:
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                pass_fds=pass_fds, start_new_session=True,
+            )  # fmt: skip
+            os.close(w_fd)
+            w_fd = -1
+            buf = b""
+            deadline = t0 + timeout
+            while channel:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                ready, _, _ = select.select([r_fd], [], [], min(left, 1.0))
+                if not ready:
+                    continue
+                chunk = os.read(r_fd, 1 << 16)
+                if not chunk:  # every holder of the write end is gone: the harness ended
+                    break
+                buf += chunk
+                if len(buf) > 64 << 20:
+                    break
+            if not timed_out:
+                try:
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+            if cg is not None:
+                cg.kill_all()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait(timeout=30)
+    finally:
+        if w_fd >= 0:
+            os.close(w_fd)
+        os.close(r_fd)
+        if cg is not None:
+            cg.kill_all()
+            cg.remove()
+    for line in buf.decode("utf-8", "replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            records.append(rec)
+    with out_path.open("rb") as fh:
+        fh.seek(max(0, out_path.stat().st_size - output_cap))
+        output = fh.read().decode("utf-8", "replace")
+    return CompartmentRun(records, proc.returncode, output, timed_out, time.monotonic() - t0)

@@ -1,0 +1,296 @@
+"""HF <-> Megatron weights for the Qwen3-MoE actor and critic, with TP / PP / EP / ETP sharding.
+
+    from t1.train.megatron.convert import hf_to_mcore, mcore_to_hf, shard, unshard
+    full = hf_to_mcore(hf_model.state_dict(), hf_model.config, kind="actor")   # unsharded
+    local = shard(full, Sizes(tp=2), Ranks(tp=1))                              # one rank's part
+    hf = mcore_to_hf(unshard({ranks: local, ...}, sizes), hf_model.config, kind="actor")
+
+Pure tensor code (no megatron import): every mapping is a copy, a concatenation or a split, so
+a round trip is exact (tests/megatron/test_convert.py: max error 0.0).
+
+Unsharded Megatron names use global layer and expert indices; a shard uses local ones:
+* `embedding.word_embeddings.weight` [Vp, H]: HF embed_tokens, zero rows up to Vp (a multiple of
+  TP); vocab-parallel: split on rows over TP; first pipeline stage only.
+* `...self_attention.linear_qkv.weight` [(n + 2g) d, H]: per query group g, that group's n/g
+  query heads, then its key head, then its value head (HF q/k/v_proj interleaved); column
+  parallel: split on rows over TP, whole groups per rank.
+* `...linear_proj.weight` [H, n d] = o_proj; row parallel: split on columns over TP.
+* `...q_layernorm`, `k_layernorm`, `input_layernorm`, `pre_mlp_layernorm`, `mlp.router`,
+  `decoder.final_layernorm`: replicated over TP (final norm: last stage only).
+* `...mlp.experts.local_experts.E.linear_fc1.weight` [2F, H] = HF gate_up_proj[E] (gate rows,
+  then up rows); ETP splits gate and up separately and concatenates each rank's pair;
+  `linear_fc2.weight` [H, F] = down_proj[E], split on columns over ETP. EP: rank r holds
+  experts r*E/ep .. (r+1)*E/ep - 1 as local experts 0 ...
+* `output_layer.weight` [Vp, H] (actor: lm_head, split on rows over TP) or the critic's
+  `output_layer.weight` [1, H] + `.bias` [1] (value_head, replicated); last stage only.
+PP: layer l lives on stage l // (L / pp) as local layer l % (L / pp).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+ATTN = "self_attention"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    etp: int = 1
+
+
+@dataclass(frozen=True)
+class Ranks:
+    tp: int = 0
+    pp: int = 0
+    ep: int = 0
+    etp: int = 0
+
+
+def _prefix(kind: str) -> str:
+    if kind not in ("actor", "critic"):
+        raise ValueError(f"kind must be 'actor' or 'critic', got {kind!r}")
+    return "model." if kind == "actor" else "backbone."
+
+
+# ---------------------------------------------------------------- HF <-> unsharded Megatron
+
+
+def hf_to_mcore(
+    hf: dict[str, torch.Tensor], config, kind: str, tp: int = 1
+) -> dict[str, torch.Tensor]:
+    """HF state dict (Qwen3MoeForCausalLM or t1.policy.Critic) -> unsharded Megatron names."""
+    p = _prefix(kind)
+    n, g, d = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    out: dict[str, torch.Tensor] = {}
+    emb = hf[p + "embed_tokens.weight"]
+    out["embedding.word_embeddings.weight"] = _pad_rows(emb, tp)
+    for layer in range(config.num_hidden_layers):
+        h, m = f"{p}layers.{layer}.", f"decoder.layers.{layer}."
+        q = hf[h + "self_attn.q_proj.weight"].reshape(g, n // g, d, -1)
+        k = hf[h + "self_attn.k_proj.weight"].reshape(g, 1, d, -1)
+        v = hf[h + "self_attn.v_proj.weight"].reshape(g, 1, d, -1)
+        out[m + f"{ATTN}.linear_qkv.weight"] = torch.cat([q, k, v], 1).reshape((n + 2 * g) * d, -1)
+        out[m + f"{ATTN}.linear_proj.weight"] = hf[h + "self_attn.o_proj.weight"]
+        out[m + f"{ATTN}.q_layernorm.weight"] = hf[h + "self_attn.q_norm.weight"]
+        out[m + f"{ATTN}.k_layernorm.weight"] = hf[h + "self_attn.k_norm.weight"]
+        out[m + "input_layernorm.weight"] = hf[h + "input_layernorm.weight"]
+        out[m + "pre_mlp_layernorm.weight"] = hf[h + "post_attention_layernorm.weight"]
+        out[m + "mlp.router.weight"] = hf[h + "mlp.gate.weight"]
+        gate_up, down = hf[h + "mlp.experts.gate_up_proj"], hf[h + "mlp.experts.down_proj"]
+        for e in range(config.num_experts):
+            out[m + f"mlp.experts.local_experts.{e}.linear_fc1.weight"] = gate_up[e]
+            out[m + f"mlp.experts.local_experts.{e}.linear_fc2.weight"] = down[e]
+    out["decoder.final_layernorm.weight"] = hf[p + "norm.weight"]
+    if kind == "actor":
+        out["output_layer.weight"] = _pad_rows(hf["lm_head.weight"], tp)
+    else:
+        out["output_layer.weight"] = hf["value_head.weight"]
+        out["output_layer.bias"] = hf["value_head.bias"]
+    return out
+
+
+def mcore_to_hf(mc: dict[str, torch.Tensor], config, kind: str) -> dict[str, torch.Tensor]:
+    """Inverse of `hf_to_mcore` (padding rows dropped)."""
+    p = _prefix(kind)
+    n, g, d = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    vocab = config.vocab_size
+    out: dict[str, torch.Tensor] = {
+        p + "embed_tokens.weight": mc["embedding.word_embeddings.weight"][:vocab]
+    }
+    for layer in range(config.num_hidden_layers):
+        h, m = f"{p}layers.{layer}.", f"decoder.layers.{layer}."
+        qkv = mc[m + f"{ATTN}.linear_qkv.weight"].reshape(g, n // g + 2, d, -1)
+        out[h + "self_attn.q_proj.weight"] = qkv[:, : n // g].reshape(n * d, -1)
+        out[h + "self_attn.k_proj.weight"] = qkv[:, n // g].reshape(g * d, -1)
+        out[h + "self_attn.v_proj.weight"] = qkv[:, n // g + 1].reshape(g * d, -1)
+        out[h + "self_attn.o_proj.weight"] = mc[m + f"{ATTN}.linear_proj.weight"]
+        out[h + "self_attn.q_norm.weight"] = mc[m + f"{ATTN}.q_layernorm.weight"]
+        out[h + "self_attn.k_norm.weight"] = mc[m + f"{ATTN}.k_layernorm.weight"]
+        out[h + "input_layernorm.weight"] = mc[m + "input_layernorm.weight"]
+        out[h + "post_attention_layernorm.weight"] = mc[m + "pre_mlp_layernorm.weight"]
+        out[h + "mlp.gate.weight"] = mc[m + "mlp.router.weight"]
+        ex = m + "mlp.experts.local_experts."
+        out[h + "mlp.experts.gate_up_proj"] = torch.stack(
+            [mc[f"{ex}{e}.linear_fc1.weight"] for e in range(config.num_experts)]
+        )
+        out[h + "mlp.experts.down_proj"] = torch.stack(
+            [mc[f"{ex}{e}.linear_fc2.weight"] for e in range(config.num_experts)]
+        )
+    out[p + "norm.weight"] = mc["decoder.final_layernorm.weight"]
+    if kind == "actor":
+        out["lm_head.weight"] = mc["output_layer.weight"][:vocab]
+    else:
+        out["value_head.weight"] = mc["output_layer.weight"]
+        out["value_head.bias"] = mc["output_layer.bias"]
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def _pad_rows(w: torch.Tensor, tp: int) -> torch.Tensor:
+    rows = -(-w.shape[0] // tp) * tp
+    return torch.cat([w, w.new_zeros(rows - w.shape[0], *w.shape[1:])]) if rows > w.shape[0] else w
+
+
+# ---------------------------------------------------------------- sharding
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.*)$")
+_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(.*)$")
+
+
+def _split(w: torch.Tensor, parts: int, rank: int, dim: int) -> torch.Tensor:
+    if w.shape[dim] % parts:
+        raise ValueError(f"cannot split {tuple(w.shape)} in {parts} on dim {dim}")
+    return w.chunk(parts, dim)[rank].contiguous()
+
+
+def _split_glu(w: torch.Tensor, parts: int, rank: int) -> torch.Tensor:
+    gate, up = w.chunk(2, 0)
+    return torch.cat([_split(gate, parts, rank, 0), _split(up, parts, rank, 0)])
+
+
+def _tp_rule(name: str) -> str:
+    """How a non-expert tensor is laid out over TP: rows, cols or replicated."""
+    if name in ("embedding.word_embeddings.weight",) or name.endswith("linear_qkv.weight"):
+        return "rows"
+    if name == "output_layer.weight":
+        return "rows"  # the critic's [1, H] head is handled as replicated by the caller
+    if name.endswith("linear_proj.weight"):
+        return "cols"
+    return "replicated"
+
+
+def shard(
+    full: dict[str, torch.Tensor],
+    sizes: Sizes,
+    ranks: Ranks,
+    layers: int,
+    experts: int,
+    kind: str = "actor",
+) -> dict[str, torch.Tensor]:
+    """One rank's part of an unsharded Megatron state dict (local layer / expert indices)."""
+    per_stage, per_ep = layers // sizes.pp, experts // sizes.ep
+    first, last = ranks.pp == 0, ranks.pp == sizes.pp - 1
+    out: dict[str, torch.Tensor] = {}
+    for name, w in full.items():
+        m = _LAYER.match(name)
+        if m is None:
+            if name.startswith("embedding.") and not first:
+                continue
+            if (name.startswith("output_layer.") or name.startswith("decoder.final")) and not last:
+                continue
+            rule = (
+                "replicated"
+                if (kind == "critic" and name.startswith("output_layer."))
+                else _tp_rule(name)
+            )
+            out[name] = _apply(w, rule, sizes.tp, ranks.tp)
+            continue
+        layer, rest = int(m.group(1)), m.group(2)
+        if layer // per_stage != ranks.pp:
+            continue
+        local = f"decoder.layers.{layer % per_stage}."
+        e = _EXPERT.match(rest)
+        if e is None:
+            out[local + rest] = _apply(w, _tp_rule(rest), sizes.tp, ranks.tp)
+            continue
+        expert, tail = int(e.group(1)), e.group(2)
+        if expert // per_ep != ranks.ep:
+            continue
+        key = f"{local}mlp.experts.local_experts.{expert % per_ep}.{tail}"
+        if tail == "linear_fc1.weight":
+            out[key] = _split_glu(w, sizes.etp, ranks.etp) if sizes.etp > 1 else w
+        else:
+            out[key] = _split(w, sizes.etp, ranks.etp, 1) if sizes.etp > 1 else w
+    return out
+
+
+def _apply(w: torch.Tensor, rule: str, tp: int, rank: int) -> torch.Tensor:
+    if tp == 1 or rule == "replicated":
+        return w
+    return _split(w, tp, rank, 0 if rule == "rows" else 1)
+
+
+def unshard(
+    shards: dict[Ranks, dict[str, torch.Tensor]],
+    sizes: Sizes,
+    layers: int,
+    experts: int,
+    kind: str = "actor",
+) -> dict[str, torch.Tensor]:
+    """Inverse of `shard`: every rank's part (keyed by its Ranks) -> the unsharded state dict."""
+    per_stage, per_ep = layers // sizes.pp, experts // sizes.ep
+    pieces: dict[str, dict[int, torch.Tensor]] = {}
+    rules: dict[str, str] = {}
+    for r, sd in shards.items():
+        for name, w in sd.items():
+            m = _LAYER.match(name)
+            if m is None:
+                glob, tp_index = name, r.tp
+                rule = (
+                    "replicated"
+                    if (kind == "critic" and name.startswith("output_layer."))
+                    else _tp_rule(name)
+                )
+            else:
+                layer = int(m.group(1)) + r.pp * per_stage
+                rest = m.group(2)
+                e = _EXPERT.match(rest)
+                if e is None:
+                    glob, tp_index, rule = f"decoder.layers.{layer}.{rest}", r.tp, _tp_rule(rest)
+                else:
+                    expert = int(e.group(1)) + r.ep * per_ep
+                    glob = f"decoder.layers.{layer}.mlp.experts.local_experts.{expert}.{e.group(2)}"
+                    tp_index = r.etp
+                    rule = "glu" if e.group(2) == "linear_fc1.weight" else "cols"
+                    if sizes.etp == 1:
+                        rule = "replicated"
+            pieces.setdefault(glob, {})[tp_index] = w
+            rules[glob] = rule
+    out = {}
+    for name, parts in pieces.items():
+        rule = rules[name]
+        ordered = [parts[k] for k in sorted(parts)]
+        if rule == "replicated":
+            out[name] = ordered[0]
+        elif rule == "rows":
+            out[name] = torch.cat(ordered, 0)
+        elif rule == "cols":
+            out[name] = torch.cat(ordered, 1)
+        else:  # glu
+            gates = [p.chunk(2, 0)[0] for p in ordered]
+            ups = [p.chunk(2, 0)[1] for p in ordered]
+            out[name] = torch.cat(gates + ups, 0)
+    return out
+
+
+# ---------------------------------------------------------------- models
+
+
+def local_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A GPTModel's tensors (its `_extra_state` entries dropped), detached, on the CPU."""
+    return {
+        k: v.detach().cpu()
+        for k, v in model.state_dict().items()
+        if not k.endswith("_extra_state") and isinstance(v, torch.Tensor)
+    }
+
+
+def load_local(model: torch.nn.Module, local: dict[str, torch.Tensor]) -> None:
+    """Copy a shard into a GPTModel; raises naming any tensor missing or unexpected."""
+    own = local_state(model)
+    missing, extra = sorted(set(own) - set(local)), sorted(set(local) - set(own))
+    if missing or extra:
+        raise ValueError(f"megatron weights: missing {missing[:5]}, unexpected {extra[:5]}")
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        for k, v in local.items():
+            if own[k].shape != v.shape:
+                raise ValueError(
+                    f"megatron weights: {k} is {tuple(v.shape)}, model has {tuple(own[k].shape)}"
+                )
+            params[k].copy_(v)

@@ -1,0 +1,111 @@
+"""Which trainer a config gets, and the memory plan checked before it launches.
+
+    from t1.train.megatron.plan import build, check_plan
+    check_plan(cfg)                        # raises naming the role and GiB when it cannot fit
+    trainer = build(cfg, actor, critic)    # HFTrainer or MegatronTrainer per train.backend
+
+`check_plan` runs t1.memory's planner on the config's model (`tiny_spec`: the `model:` section,
+the tokenizer's vocabulary, agent.context_tokens, ppo.minibatch) for the chosen backend:
+* hf: one process holds everything (fp32 weights, grads, Adam). If the actor or the critic
+  needs more than `train.gpu_budget_gib`, refuse: such a model needs train.backend megatron.
+* megatron: the layout of train.* (TP, PP, EP, ETP) on train.gpus (DP follows), each role
+  alone within the budget (actor and critic co-reside and train in turn, offloaded in turn).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from t1.config import Config
+
+
+class PlanError(ValueError):
+    """The memory plan does not fit the configured budget."""
+
+
+def plan_for(cfg: Config) -> dict[str, Any]:
+    from t1 import memory
+
+    t = cfg.train
+    spec = dataclasses.replace(memory.tiny_spec(cfg), name=f"{cfg.model.arch} ({t.backend})")
+    if t.backend == "hf":
+        lay = memory.Layout(1, 1, dist_opt=False)
+    else:
+        spec = dataclasses.replace(spec, framework="megatron")
+        lay = memory.Layout(
+            1,
+            t.gpus,
+            tp=t.tensor_parallel,
+            pp=t.pipeline_parallel,
+            ep=t.expert_parallel,
+            etp=t.expert_tensor_parallel,
+            recompute="none",
+        )
+        if not memory.valid(spec, lay):
+            raise PlanError(
+                f"train: layout tp={lay.tp} pp={lay.pp} ep={lay.ep} etp={lay.etp} on "
+                f"{lay.world} GPUs does not divide the model (layers, experts, heads)"
+            )
+    return memory.plan(spec, lay)
+
+
+def check_plan(cfg: Config) -> dict[str, Any]:
+    """The plan of `cfg`'s backend; raises PlanError when a role exceeds train.gpu_budget_gib."""
+    if cfg.train.backend not in ("hf", "megatron"):
+        raise ValueError(f"train.backend must be hf or megatron, got {cfg.train.backend!r}")
+    if cfg.train.backend == "megatron" and cfg.train.pipeline_parallel != 1:
+        raise ValueError(
+            "train.pipeline_parallel > 1: weights shard by stage (convert.shard) but the trainer "
+            "has no pipeline schedule yet; use tensor/expert parallelism"
+        )
+    res = plan_for(cfg)
+    budget = cfg.train.gpu_budget_gib
+    for role in ("actor", "critic"):
+        if res[f"{role}_gib"] > budget:
+            hint = (
+                "it needs train.backend megatron (t1 plan-memory --preset ... sizes a layout)"
+                if cfg.train.backend == "hf"
+                else "raise train.tensor_parallel / expert_parallel / pipeline_parallel"
+            )
+            raise PlanError(
+                f"train.backend {cfg.train.backend}: the {role} needs {res[f'{role}_gib']:.1f} GiB "
+                f"per process/GPU, over train.gpu_budget_gib {budget:g}: {hint}"
+            )
+    return res
+
+
+def build(cfg: Config, actor, critic, actor_lr: float | None = None):
+    """The trainer of `cfg.train.backend`, after the memory plan check."""
+    check_plan(cfg)
+    if cfg.train.backend == "hf":
+        from t1.train.state import build_trainer
+
+        return build_trainer(cfg, actor, critic, actor_lr=actor_lr)
+    from t1.train.megatron.runtime import Parallel
+    from t1.train.megatron.trainer import MegatronTrainer
+    from t1.train.state import device_of
+
+    p, t = cfg.ppo, cfg.train
+    if p.load_balancing_coef != 0.0:
+        raise ValueError(
+            "ppo.load_balancing_coef must be 0: the load-balancing loss fights routing replay"
+        )
+    return MegatronTrainer(
+        actor,
+        critic,
+        actor_lr=p.actor_lr if actor_lr is None else actor_lr,
+        critic_lr=p.critic_lr,
+        betas=(p.betas[0], p.betas[1]),
+        weight_decay=p.weight_decay,
+        max_grad_norm=p.max_grad_norm,
+        replay=p.replay,
+        seed=cfg.run.seed,
+        forward_rows=p.minibatch,
+        parallel=Parallel(
+            t.tensor_parallel, t.pipeline_parallel, t.expert_parallel, t.expert_tensor_parallel
+        ),
+        router_fusion=t.router_fusion,
+        offload=t.offload,
+        device=device_of(p.device),
+    )

@@ -1,0 +1,132 @@
+"""t1.lock with real processes: one writer per output, parent-death kills, pid-file reaping."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from t1.lock import LOCK_NAME, LockHeld, OutputLock, PidFile, same_process
+
+HOLD = """
+import sys, time
+from t1.lock import hold_output
+hold_output(sys.argv[1], "holder")
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait(pred, timeout=10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _holder(out: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == b"locked"
+    return proc
+
+
+def test_second_writer_is_refused_naming_the_holder_pid(tmp_path):
+    proc = _holder(tmp_path)
+    try:
+        with pytest.raises(LockHeld, match=rf"pid {proc.pid} .*alive.*'holder'"):
+            OutputLock(tmp_path).acquire(wait_s=0.3)
+    finally:
+        proc.kill()
+        proc.wait()
+    with OutputLock(tmp_path, "second") as lock:  # the kernel dropped the dead holder's lock
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == os.getpid()
+        assert lock.holder()["what"] == "second"
+
+
+def test_a_waiting_writer_gets_the_lock_when_the_holder_exits(tmp_path):
+    proc = _holder(tmp_path)
+    t0 = time.monotonic()
+    killer = subprocess.Popen(["sh", "-c", f"sleep 0.5; kill -9 {proc.pid}"])
+    lock = OutputLock(tmp_path).acquire(wait_s=10)
+    assert 0.4 < time.monotonic() - t0 < 9
+    lock.release()
+    killer.wait()
+    proc.wait()
+
+
+def test_children_inherit_the_lock_so_an_orphan_keeps_the_output(tmp_path):
+    code = HOLD.replace(
+        'print("locked", flush=True)',
+        "import subprocess\nc = subprocess.Popen(['sleep', '60'], close_fds=False)\n"
+        "print(c.pid, flush=True)",
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE)
+    child = int(proc.stdout.readline())
+    proc.kill()
+    proc.wait()
+    try:
+        with pytest.raises(LockHeld, match="exited; a child it started still holds"):
+            OutputLock(tmp_path).acquire()
+    finally:
+        os.kill(child, signal.SIGKILL)
+    assert _wait(lambda: not _alive(child))
+    OutputLock(tmp_path).acquire().release()
+
+
+def test_die_with_parent_kills_the_child_of_a_sigkilled_parent(tmp_path):
+    code = (
+        "import subprocess, sys, time\nfrom t1.lock import die_with_parent\n"
+        "c = subprocess.Popen(['sleep', '60'], preexec_fn=die_with_parent)\n"
+        "print(c.pid, flush=True)\ntime.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    child = int(proc.stdout.readline())
+    assert _alive(child)
+    proc.kill()
+    proc.wait()
+    assert _wait(lambda: not _alive(child), 5.0), "the child outlived its SIGKILLed parent"
+
+
+def test_pid_file_reaps_the_same_program_only(tmp_path):
+    pids = PidFile(tmp_path / "children.json")
+    # its own process group (as the supervisor starts children), with a grandchild inside
+    leader = subprocess.Popen(["sh", "-c", "sleep 60 & wait"], start_new_session=True)
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        pids.add("leader", leader.pid)
+        pids.add("other", other.pid)
+        rec = pids.read()["other"]
+        assert same_process(rec)
+        # the pid now belongs to another program (recorded start time differs): not touched
+        data = json.loads(pids.path.read_text())
+        data["children"]["other"]["start"] -= 1
+        pids.path.write_text(json.dumps(data))
+        killed = pids.reap()
+        assert [k["name"] for k in killed] == ["leader"]
+        leader.wait(timeout=5)
+        assert leader.returncode == -signal.SIGKILL
+        grandchildren = subprocess.run(
+            ["pgrep", "-g", str(leader.pid)], capture_output=True, text=True
+        ).stdout.split()
+        assert not [p for p in grandchildren if _alive(int(p))], "the group outlived the reap"
+        assert other.poll() is None and pids.read() == {}
+    finally:
+        for p in (leader, other):
+            p.kill()
+            p.wait()

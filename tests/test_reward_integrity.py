@@ -1,0 +1,160 @@
+"""Adversarial suite: attack tasks whose solutions do no work and try to forge the verifier's outcome.
+
+    .venv/bin/python -m pytest tests/test_reward_integrity.py -q -s      # -s prints the table
+
+Every task in tests/data/attacks/ asks for the same two files (three assertions; the no-op
+passes one). `honest*` do the work; `aNN-*` attack the verifier instead (each solve.sh says
+how; task.toml's `attack` says it in one line). Run through the real `t1 oracle` command in
+real bubblewrap sandboxes: every attack must score no more than the no-op, never resolve, and
+the honest solutions must score full. A second test breaks the guard (the verifier run in the
+agent's own shell, as before the compartment existed) and shows forged rewards come back.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from shared_fixtures import requires_bwrap
+
+from t1.tasks import load_task
+
+REPO = Path(__file__).resolve().parents[1]
+ATTACKS = REPO / "tests" / "data" / "attacks"
+NAMES = sorted(p.name for p in ATTACKS.iterdir() if p.is_dir() and p.name.startswith("a"))
+HONEST = {"honest": "honest", "honest-reward-file": "honest-reward-file"}
+REWARD_FILE = {"a14-reward-file-forgery": "honest-reward-file"}  # attack -> its honest twin
+WORK = {"test_outputs::test_greeting", "test_outputs::test_script_prints_ok"}
+
+
+def _provisioned() -> bool:
+    from t1.sandbox.provision import locate
+
+    return locate() is not None
+
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    requires_bwrap,
+    pytest.mark.skipif(
+        not _provisioned(), reason="no offline provision cache (run `t1 provision`)"
+    ),
+]
+
+
+def _oracle(out: Path, *args: str) -> dict[str, dict]:
+    cmd = [sys.executable, "-m", "t1.cli", "oracle", *args, "--json", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert out.is_file(), r.stdout + r.stderr
+    return {row["task"]: row for row in json.loads(out.read_text())}
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory):
+    d = tmp_path_factory.mktemp("attacks")
+    attacked = _oracle(d / "oracle.json", str(ATTACKS), "--jobs", "2")
+    noop = _oracle(
+        d / "noop.json", *(str(ATTACKS / h) for h in HONEST), "--agent", "noop", "--jobs", "2"
+    )
+    return attacked, noop
+
+
+def why(row: dict) -> str:
+    """Why an attack scored what it did, from its row: the error, or the assertions it failed."""
+    if row["error"]:
+        return f"verifier error: {row['error'][:120]}"
+    failed = sorted(
+        a["name"]
+        for a in row["assertions"]
+        if a["outcome"] not in ("passed", "skipped", "xfail", "xpass")
+    )
+    return "the harness's own report: failed " + ", ".join(failed) if failed else "nothing failed"
+
+
+def test_honest_solutions_score_full(rows):
+    attacked, _ = rows
+    for name in HONEST:
+        row = attacked[name]
+        assert row["error"] is None and row["resolved"], row
+        assert row["passed"] == row["total"] >= 1
+
+
+def test_noop_is_what_the_attacks_are_held_to(rows):
+    _, noop = rows
+    assert (noop["honest"]["passed"], noop["honest"]["total"]) == (1, 3)
+    assert (noop["honest-reward-file"]["passed"], noop["honest-reward-file"]["total"]) == (0, 1)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_attack_scores_no_more_than_the_noop(rows, name):
+    attacked, noop = rows
+    row = attacked[name]
+    base = noop[REWARD_FILE.get(name, "honest")]
+    reason = why(row)
+    print(f"\n{name}: {row['passed']}/{row['total']} reward {row['reward']:.3f} "
+          f"(no-op {base['passed']}/{base['total']} reward {base['reward']:.3f}); {reason}")  # fmt: skip
+    assert not row["resolved"], row
+    assert row["passed"] <= base["passed"] and row["reward"] <= base["reward"], row
+    if name not in REWARD_FILE:
+        # scored nothing because the work is not done, as the harness itself saw it
+        got = {a["name"]: a["outcome"] for a in row["assertions"]}
+        assert row["error"] is None, reason
+        assert row["total"] == 3 and all(got[n] == "failed" for n in WORK), got
+
+
+def test_attacks_all_present():
+    assert len(NAMES) >= 15
+    for name in NAMES:
+        assert load_task(ATTACKS / name).path.name == name
+
+
+def test_with_the_guard_broken_forged_rewards_come_back(rows):
+    """The verifier run in the agent's own shell (how it ran before the compartment): the
+    report rewriter forges 1000 of 1000 and the startup-file plugin 3 of 3; the hardened
+    verifier gave the same attacks the no-op score (rows). The names check flags the first
+    forgery by itself, not the second."""
+    from t1.tasks.env import open_task_sandbox, run_solution
+    from t1.verifier import _score_in_shell, check_against
+
+    attacked, noop = rows
+    want = ["test_outputs::test_app_dir_exists", *sorted(WORK)]
+    for name, forged in (("a01-report-rewriter", 1000), ("a03-python-startup", 3)):
+        task = load_task(ATTACKS / name)
+        with open_task_sandbox(task) as sb:
+            assert run_solution(task, sb) is None
+            weak = _score_in_shell(task, sb)
+        assert (weak.passed, weak.total) == (forged, forged), (name, weak.error, weak.output[-500:])
+        flagged = check_against(weak, want)
+        if forged == 1000:  # other names, other count: the names check alone rejects it
+            assert flagged.tampered and (flagged.passed, flagged.total) == (0, 3)
+        else:  # the right names, all "passed": only the compartment stops this one
+            assert flagged.tampered is None and flagged.passed == 3
+        assert attacked[name]["passed"] == noop["honest"]["passed"] == 1
+
+
+def test_the_agents_processes_are_dead_and_services_contained():
+    """After the fork storm every agent process is killed; the disguised 'service' survives
+    (it listens) but can neither see the tests nor the report: its rewrites change nothing."""
+    from t1.tasks.env import open_task_sandbox, run_solution
+    from t1.verifier import score_in_sandbox
+
+    task = load_task(ATTACKS / "a12-fork-storm")
+    with open_task_sandbox(task) as sb:
+        assert run_solution(task, sb) is None
+        r = score_in_sandbox(task, sb)
+        assert sb.exec("test -e /tests/test_outputs.py").exit_code != 0  # never in the agent's view
+    killed = int(r.notes[0].rsplit(":", 1)[1])
+    assert killed >= 2 and not any("services" in n for n in r.notes), r.notes
+    assert (r.passed, r.total) == (1, 3)
+    task = load_task(ATTACKS / "a11-service-disguise")
+    with open_task_sandbox(task) as sb:
+        assert run_solution(task, sb) is None
+        r = score_in_sandbox(task, sb)
+        # the service kept rewriting /logs/verifier in ITS view; the report was not there
+        left = sb.exec("cat /logs/verifier/reward.txt").output.strip()
+    assert any("services left running" in n and ".svc.py" in n for n in r.notes), r.notes
+    assert left == "1" and (r.passed, r.total) == (1, 3) and r.error is None
