@@ -203,7 +203,7 @@ class PPOConfig:
 class TrainConfig:
     """The PPO trainer backend (t1.train.megatron.plan): hf (one process) or megatron."""
 
-    backend: str = "hf"  # hf | megatron (megatron-core GPTModel, built-in router replay)
+    backend: str = "hf"  # hf | megatron: the PPO stage's trainer (SFT, critic warm-up: hf)
     gpu_budget_gib: float = 95.0  # per process/GPU for EACH role; checked before launch
     gpus: int = 1  # megatron: GPUs of the training job (DP = gpus / (TP * PP))
     tensor_parallel: int = 1  # megatron: TP

@@ -3,7 +3,7 @@
     from t1.lock import hold_output, die_with_parent, PidFile
     lock = hold_output("results/tiny/sft/model", "t1 train --stage sft")  # held until exit
     subprocess.Popen(cmd, preexec_fn=die_with_parent)     # SIGKILL when this process dies
-    pids = PidFile("results/tiny/ppo/steps/step_000003/children.json")
+    pids = PidFile("results/tiny/ppo/iter_00001/segment.children.json")
     pids.reap()                  # kill what a previous attempt left (still that program?)
     pids.add("train", proc.pid)  # record a child: pid, start time, command line
 
@@ -198,12 +198,16 @@ class PidFile:
         process has that pid, so the group number cannot have been reused). Waits up to
         grace_s for them to go, then forgets them. Returns what was killed."""
         killed = []
+        mine = {os.getpid(), os.getppid(), os.getpgrp()}  # never this process, its parent or group
         for name, rec in self.read().items():
-            pid, leads = rec["pid"], rec.get("pgid") == rec["pid"]
+            pid = rec["pid"]
+            if pid in mine:
+                continue
+            leads = rec.get("pgid") == pid and pid not in mine
             if same_process(rec):
                 target = "group" if leads else "pid"
-            elif leads and proc_start(pid) is None and group_members(pid):
-                target = "group"  # an orphaned group: the leader died, its children did not
+            elif leads and proc_start(pid) in (None, rec.get("start")) and group_members(pid):
+                target = "group"  # the leader died (gone, or its unreaped zombie), its group not
             else:
                 continue
             try:

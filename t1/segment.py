@@ -35,9 +35,9 @@ before (t1/train/ppo.py). After each step, the checkpoints (train/ckpt) of all b
 stay).
 
 Crash safety (`take_over`, before the first step): one driver per segment (ITER_DIR/
-.t1-writer.lock); the children of a killed earlier driver (ITER_DIR/children.json: pid, start
-time, command line) are killed; every child dies with the driver (PR_SET_PDEATHSIG); the
-campaign's inputs (pinned config, train pool manifest, tokenizer, and for segment 0 the SFT
+.t1-writer.lock); the children of a killed earlier driver (ITER_DIR/segment.children.json:
+pid, start time, command line) are killed; every child dies with the driver
+(PR_SET_PDEATHSIG); the campaign's inputs (pinned config, train pool manifest, tokenizer, and for segment 0 the SFT
 actor and warm critic) are checked against the hashes the first segment recorded in
 RUN/manifest.json (t1.pinning): a changed input stops the segment naming it.
 
@@ -339,8 +339,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def take_over(driver: Driver) -> None:
     """Before the first step: one driver per segment (ITER_DIR/.t1-writer.lock, not inherited),
-    kill what a previous attempt's driver left running (ITER_DIR/children.json), and check the
-    campaign's inputs against the hashes its first segment recorded (t1.pinning)."""
+    kill what a previous attempt's driver left running (ITER_DIR/segment.children.json), and
+    check the campaign's inputs against the hashes its first segment recorded (t1.pinning)."""
     from t1.lock import LockHeld, PidFile, hold_output
     from t1.pinning import InputsChanged, pin_inputs
 
@@ -354,7 +354,7 @@ def take_over(driver: Driver) -> None:
         driver.lock = hold_output(iter_dir, "t1 segment", wait_s=10, inherit=False)
     except LockHeld as e:
         raise SystemExit(f"t1 segment: {e}") from None
-    driver.children = PidFile(iter_dir / "children.json")
+    driver.children = PidFile(iter_dir / "segment.children.json")
     for k in driver.children.reap():
         print(f"t1 segment: killed pid {k['pid']} ({k['name']}) left by a previous attempt")
     args = driver.args

@@ -312,6 +312,20 @@ def pytest_plan(task: Task) -> tuple[list[str], list[str]] | None:
     return targets or [TESTS_DIR], specs
 
 
+def _tail_paths(task: Task) -> list[str]:
+    """`--tail-path` args: the agent's site dirs when the script runs the system Python's pytest
+    (plain `pytest`, `python -m pytest`); none under uv / uvx, whose envs are isolated too."""
+    script = task.verifier.script
+    text = script.read_text(errors="replace") if script is not None and script.is_file() else ""
+    if re.search(r"\buvx\b|\buv\s+run\b", text):
+        return []
+    ver = re.search(r"python(3\.\d+)$", os.path.realpath("/usr/bin/python3"))
+    v = ver.group(1) if ver else "3"
+    dirs = [f"/usr/local/lib/python{v}/dist-packages", "/usr/lib/python3/dist-packages",
+            f"/usr/local/lib/python{v}/site-packages"]  # fmt: skip
+    return [x for d in dirs for x in ("--tail-path", d)]
+
+
 def harness_env(task: Task, base_env: dict[str, str] | None) -> dict[str, str]:
     """The compartment's environment: the sandbox's start env and the task's verifier env,
     without PYTEST_*, LD_*, BASH_ENV (they change how pytest reports or what every process
@@ -402,7 +416,7 @@ def _score_hardened(task: Task, sandbox, timeout: float | None) -> VerifierResul
             site = comp.harness_site(prov.root, specs)
             argv = pristine.argv("/usr/bin/python3") + [
                 "-I", "-S", f"{comp.HARNESS_INSIDE}/{HARNESS_SOURCE.name}", "--fd", "{fd}",
-                "--site", f"{comp.HARNESS_INSIDE}/site", "--", *targets,
+                "--site", f"{comp.HARNESS_INSIDE}/site", *_tail_paths(task), "--", *targets,
                 "-c", f"{comp.HARNESS_INSIDE}/pytest.ini", "--rootdir", TESTS_DIR,
                 "--confcutdir", TESTS_DIR, "-p", "no:cacheprovider", "-rA",
             ]  # fmt: skip

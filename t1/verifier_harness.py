@@ -2,13 +2,17 @@
 
     (inside the compartment, started by t1.verifier; nothing else runs it)
     <pristine ld.so> --library-path <pristine libs> <pristine python3> -I -S \\
-        /run/t1/harness/verifier_harness.py --fd N --site /run/t1/harness/site -- PYTEST_ARGS
+        /run/t1/harness/verifier_harness.py --fd N --site /run/t1/harness/site \\
+        [--tail-path DIR]... -- PYTEST_ARGS
 
 This file imports nothing of t1: it runs under the host's own Python, seen read-only at
 /run/t1/host/usr, in isolated mode (`-I`: no PYTHON* variables, no user site, no script dir
 on sys.path; `-S`: no site-packages and so no .pth or sitecustomize of anyone's). pytest and
 the packages the task's script asks for come from `--site`, a directory built on the host
-from the provisioned wheelhouse and bound read-only.
+from the provisioned wheelhouse and bound read-only. `--tail-path` dirs (the agent's own
+site-packages, for verifiers that run the system Python's pytest) go to the END of sys.path,
+so the tests can import what the task installed while nothing there shadows pytest; their
+.pth files are not run and plugin autoload is off (PYTEST_DISABLE_PLUGIN_AUTOLOAD).
 
 The report channel is file descriptor N, the write end of a pipe whose read end only the host
 holds. It is made non-inheritable before anything else runs, so no process the tests start
@@ -87,6 +91,8 @@ def main(argv: list[str]) -> int:
     for i, flag in enumerate(opts):
         if flag == "--site":
             sys.path.insert(0, opts[i + 1])
+        elif flag == "--tail-path":  # the agent's site dirs, after everything of ours (no .pth run)
+            sys.path.append(opts[i + 1])
     import pytest
 
     reporter = Reporter(fd)

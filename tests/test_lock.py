@@ -130,3 +130,12 @@ def test_pid_file_reaps_the_same_program_only(tmp_path):
         for p in (leader, other):
             p.kill()
             p.wait()
+
+
+def test_reap_never_kills_the_reaper_its_parent_or_its_group(tmp_path):
+    """`t1 segment` runs in the workdir of the `t1 supervise` that records it: were it to
+    reap its own record it would SIGKILL itself (the bug this guards against)."""
+    pids = PidFile(tmp_path / "children.json")
+    pids.add("me", os.getpid())
+    pids.add("parent", os.getppid())
+    assert pids.reap(grace_s=0.2) == []

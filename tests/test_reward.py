@@ -1,4 +1,6 @@
-"""Reward math against hand-computed values, and the run manifest that fixes the scale.
+"""Reward math against hand-computed values, the run manifest that fixes the scale (pinned by
+`t1 segment`, refused when a resumed run names another), the pool's no-op record, and
+`reward.subtract_noop` changing a real rollout's reward (integration: bwrap).
 
 .venv/bin/pytest tests/test_reward.py -q
 """
@@ -8,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from shared_fixtures import requires_bwrap
 
 from t1.reward import (
     RewardError,
@@ -211,6 +214,8 @@ def test_segment_pins_the_scale_and_a_resume_with_another_scale_stops(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow
+@requires_bwrap
 def test_subtract_noop_changes_the_rewards_of_a_rollout_on_a_seed_task(tmp_path):
     """The campaign's path: the no-op measured by `t1 oracle --agent noop`, recorded by `t1 pool
     --noop`, read by the rollout for the pool's task; the agent (a random tiny MoE that only
@@ -219,7 +224,6 @@ def test_subtract_noop_changes_the_rewards_of_a_rollout_on_a_seed_task(tmp_path)
 
     import torch
     from agent_helpers import EXAMPLES, random_policy
-    from shared_fixtures import requires_bwrap
 
     from t1.config import Config
     from t1.engine.local import LocalEngine
@@ -228,8 +232,6 @@ def test_subtract_noop_changes_the_rewards_of_a_rollout_on_a_seed_task(tmp_path)
     from t1.tasks.pool_build import build_pool
     from t1.tokenizer import bpe_tokenizer
 
-    if requires_bwrap.args[0]:
-        pytest.skip(requires_bwrap.kwargs["reason"])
     torch.set_num_threads(2)
     row = run_task(EXAMPLES / "stats-debug", agent="noop")
     assert row["error"] is None and row["passed"] > 0  # 8 of 13 hold untouched (measured)

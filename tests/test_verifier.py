@@ -413,3 +413,13 @@ def test_pristine_argv_runs_the_hosts_python_by_its_own_loader():
     assert argv[0].startswith(HOST_VIEW + "/usr/") and "ld-linux" in argv[0]
     assert argv[1] == "--library-path" and all(p.startswith(HOST_VIEW) for p in argv[2].split(":"))
     assert argv[3] == HOST_VIEW + os.path.realpath("/usr/bin/python3")
+
+
+def test_system_python_verifiers_see_the_agents_site_packages_last():
+    from t1.verifier import _tail_paths
+
+    assert _tail_paths(load_task(REPO / "workflow/tasks/csv-summary")) == []  # uvx: isolated
+    assert _tail_paths(load_task(REPO / "workflow/tasks/git-release")) == []  # uv run
+    task = load_task(REPO / "tests/data/broken-tasks/verifier-crash")  # plain python3
+    tail = _tail_paths(task)
+    assert tail[::2] == ["--tail-path"] * 3 and "/usr/lib/python3/dist-packages" in tail

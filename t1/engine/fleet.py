@@ -131,6 +131,7 @@ class Fleet:
         self.version: str | None = None  # None: not set by this client; answers not checked
         self.path: str | None = None
         self.refusal: str | None = None  # set by a failed weight update: no sampling until fixed
+        self._updating = False
         self.stats = FleetStats(per_replica={r.url: 0 for r in self.replicas})
         self.events: list[dict[str, Any]] = []
         self._lock = threading.RLock()
@@ -138,7 +139,8 @@ class Fleet:
         self.served_by: dict[str, tuple[str, int]] = {}  # request id -> (replica, incarnation)
         self._rids: dict[str, Replica] = {}
         self._local = threading.local()
-        self._pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="t1-fleet")
+        self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="t1-fleet")
+        self._http = ThreadPoolExecutor(max_workers=512, thread_name_prefix="t1-fleet-http")
         self._stop = threading.Event()
         self._monitor = None
         if monitor:
@@ -203,8 +205,10 @@ class Fleet:
         with self._lock:
             self.refusal = f"weights {version} are not loaded everywhere yet"
             self._sessions.clear()  # old prefixes were computed with other weights
+            self._updating = True  # the health monitor leaves down replicas to us meanwhile
         deadline = time.monotonic() + self.rejoin_timeout_s
-        for rep in self.replicas:
+
+        def load(rep: Replica) -> None:
             while not rep.up and time.monotonic() < deadline:
                 if self._healthy(rep):
                     break  # restarted: load it now
@@ -212,21 +216,33 @@ class Fleet:
             try:
                 self._load(rep, str(path), version)
             except FleetError as e:
-                with self._lock:
-                    self.refusal = str(e)
-                    self.stats.failed_weight_updates += 1
                 self._event("weight_update_failed", rep, message=str(e))
-                raise WeightUpdateFailed(str(e)) from None
+                raise
             if not rep.up:
                 self._rejoin(rep)
-        with self._lock:
-            self.version, self.path, self.refusal = version, str(path), None
-            self.stats.weight_updates += 1
+
+        try:  # all replicas at once: a 122B load takes minutes
+            errors = []
+            for fut in [self._pool.submit(load, rep) for rep in self.replicas]:
+                try:
+                    fut.result()
+                except FleetError as e:
+                    errors.append(str(e))
+            with self._lock:
+                if errors:
+                    self.refusal = "; ".join(errors)
+                    self.stats.failed_weight_updates += 1
+                    raise WeightUpdateFailed(self.refusal)
+                self.version, self.path, self.refusal = version, str(path), None
+                self.stats.weight_updates += 1
+        finally:
+            self._updating = False
         self._event("weights_loaded", None, version=version)
 
     def close(self) -> None:
         self._stop.set()
         self._pool.shutdown(wait=False)
+        self._http.shutdown(wait=False)
 
     # ------------------------------------------------------------ trajectories
 
@@ -270,7 +286,7 @@ class Fleet:
             self._rids[req.request_id] = rep
             self.stats.requests += 1
         try:
-            fut: Future = self._pool.submit(
+            fut: Future = self._http.submit(
                 self._post, rep, "/generate", request_body(req), self.timeout_s
             )
             while True:
@@ -325,6 +341,8 @@ class Fleet:
 
     def check(self, rep: Replica) -> None:
         """One health check: count a failure (down after `health_failures`), or rejoin."""
+        if not rep.up and self._updating:
+            return
         ok = self._healthy(rep)
         if rep.up:
             rep.failed_checks = 0 if ok else rep.failed_checks + 1

@@ -112,7 +112,7 @@ def harness_site(provision_root: Path, specs: list[str], cache: Path = HARNESS_C
     uv = Path(provision_root) / "libexec" / "uv"
     if not uv.is_file():
         raise SandboxError(f"{uv}: missing (run `t1 provision`): the verifier harness needs uv")
-    tmp = out.with_name(f".{key}.{os.getpid()}.tmp")
+    tmp = out.with_name(f".{key}.{os.getpid()}.{os.urandom(4).hex()}.tmp")  # threads build too
     shutil.rmtree(tmp, ignore_errors=True)
     cmd = [str(uv), "pip", "install", "--offline", "--no-index", "--quiet", "--find-links",
            str(Path(provision_root) / "wheels"), "--python", os.path.realpath("/usr/bin/python3"),
@@ -382,7 +382,7 @@ def run_compartment(
         pass_fds.append(netns_fd)
         pre = [_which("nsenter"), f"--net=/proc/self/fd/{netns_fd}", "--"]
     cg = (
-        Cgroup.create(sandbox.name + "-verifier", limits or sandbox.spec.limits)
+        Cgroup.create(f"{sandbox.name}-v{os.urandom(3).hex()}", limits or sandbox.spec.limits)
         if as_root
         else None
     )

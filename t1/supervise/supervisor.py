@@ -38,9 +38,9 @@ killed snakemake left its job running and the rerun starts the segment again).
 No orphans: each child gets PR_SET_PDEATHSIG=SIGKILL, so it dies with the supervisor even when
 the supervisor is SIGKILLed (its own process group, which a kill of snakemake's group misses,
 is no shelter); `t1 segment` does the same for its `t1 train` / `t1 rollout` (t1.lock). The
-supervisor records its children in DIR/children.json (pid, start time, command line) and on
-start SIGKILLs the process group of every recorded child that is still that program
-(`orphan_killed` incident) before it starts its own.
+supervisor records its children in DIR/supervise.children.json (pid, start time, command
+line) and on start SIGKILLs the process group of every recorded child that is still that
+program, or whose members outlived it (`orphan_killed` incident), before it starts its own.
 
 Every incident (child died / hung / restarted, budget spent, stop requested, stop timed out,
 waiting for the lock) is a JSON line in DIR/incidents.jsonl (t1.incidents). The children and
@@ -101,7 +101,7 @@ class _Child:
         self.after_kill = "restart"  # what follows the kill: restart | stopped
         self.hb_file = workdir / "heartbeat" / spec.name
         self.log_path = workdir / "logs" / f"{spec.name}.log"
-        self.pids: PidFile | None = None  # WORKDIR/children.json, for the next attempt
+        self.pids: PidFile | None = None  # WORKDIR/supervise.children.json (next attempt)
 
     def spawn(self) -> None:
         self.hb_file.parent.mkdir(parents=True, exist_ok=True)
@@ -252,7 +252,7 @@ class Supervisor:
         if not self.acquire_lock():
             self.say(f"stopped while waiting for the lock ({self.stop_reason})")
             return EXIT_REQUEUE
-        pids = PidFile(self.workdir / "children.json")
+        pids = PidFile(self.workdir / "supervise.children.json")
         for k in pids.reap():  # what a killed earlier supervisor left: its children's groups
             self.incident("orphan_killed", child=k["name"], pid=k["pid"], action="SIGKILL group")
         for c in self.children:

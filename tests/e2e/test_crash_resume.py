@@ -3,7 +3,8 @@
     .venv/bin/pytest tests/e2e/test_crash_resume.py -s -m e2e     (-s prints the kill log)
 
 A cut-down campaign (tests/e2e/crash.yaml: three tasks, one segment of two PPO steps) runs
-once uninterrupted, and once killed - SIGKILL to snakemake's whole process group - at three
+once uninterrupted, and once - from SFT on, on a copy of the reference's finished earlier
+stages - killed - SIGKILL to snakemake's whole process group - at three
 points: while SFT trains, while the first PPO rollout runs, and while the second PPO step
 writes its checkpoint; after the last kill the newest complete PPO checkpoint (the first
 step's) is corrupted. After each kill: no process of the killed attempt may be alive 5 s
@@ -142,11 +143,27 @@ def _final(run: Path) -> dict[str, dict[str, torch.Tensor]]:
     }
 
 
+def _from_reference(ref_wf: Path, root: Path) -> Path:
+    """A copy of the finished reference workflow (results and .snakemake metadata) with
+    everything from SFT on removed: the crashed run starts at SFT on the very same tasks,
+    tokenizer, initial policy and expert trajectories (CI budget: those stages once, not
+    twice), and snakemake reruns SFT -> PPO -> evaluation -> report."""
+    shutil.copytree(ref_wf, root, symlinks=True)
+    run = root / "results" / RUN
+    for name in ("sft/model", "ppo", "eval", "logs", "manifest.json"):
+        p = run / name
+        shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+    for p in run.glob("report*"):
+        p.unlink()
+    shutil.rmtree(root / ".snakemake/locks", ignore_errors=True)
+    return root
+
+
 def test_campaign_killed_three_times_resumes_bit_identically(tmp_path):
     ref_wf = _workflow(tmp_path / "ref")
     r, ref_s = snakemake(ref_wf, *CMD, timeout=1500)
     assert r.returncode == 0, tail(r)
-    wf = _workflow(tmp_path / "crashed")
+    wf = _from_reference(ref_wf, tmp_path / "crashed")
     log = [f"uninterrupted: {ref_s:.0f} s"]
     t0, corrupted = time.monotonic(), ""
     for i, (when, what) in enumerate(

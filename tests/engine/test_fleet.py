@@ -318,6 +318,16 @@ def test_a_missing_routing_capture_aborts_the_trajectory_and_is_counted(fleet_en
         fleet.close()
 
 
+def _figures(fleet: Fleet) -> dict:
+    """Counters, and seconds from the replica's loss to its rejoin (for LOG.md, with -s)."""
+    s = fleet.summary()
+    t = {e["event"]: e["time"] for e in reversed(fleet.events)}  # first of each kind
+    keys = ("requests", "replica_lost", "resampled", "marked_down", "rejoined")
+    return {k: s[k] for k in keys} | {
+        "down_to_rejoin_s": round(t["rejoined"] - t["replica_down"], 1)
+    }
+
+
 def _incidents(workdir: Path) -> list[dict]:
     path = workdir / "incidents.jsonl"
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
@@ -349,7 +359,7 @@ def _check_step(fleet: Fleet, results: dict[int, dict], references) -> None:
         assert [t["ids"] for t in res["turns"]] == _reference(references[0], seed, tokens=12)
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 def test_a_replica_killed_mid_step_is_restarted_and_its_trajectories_resampled(
     fleet_env, references
 ):
@@ -376,6 +386,7 @@ def test_a_replica_killed_mid_step_is_restarted_and_its_trajectories_resampled(
         while fleet.stats.rejoined < 1 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert fleet.stats.rejoined >= 1, fleet.events
+        print("kill:", json.dumps(_figures(fleet)))
         assert any(
             i.get("child") == "r0" and i["kind"] == "child_restarted" for i in _incidents(workdir)
         )
@@ -387,7 +398,7 @@ def test_a_replica_killed_mid_step_is_restarted_and_its_trajectories_resampled(
         fleet.close()
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 def test_a_hung_replica_is_declared_down_restarted_by_the_supervisor_and_resampled(
     fleet_env, references
 ):
@@ -413,6 +424,7 @@ def test_a_hung_replica_is_declared_down_restarted_by_the_supervisor_and_resampl
         while fleet.stats.rejoined < 1 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert fleet.stats.rejoined >= 1, fleet.events
+        print("hang:", json.dumps(_figures(fleet)))
         assert any(
             i.get("child") == "r1" and i["kind"] == "child_hung" for i in _incidents(workdir)
         )

@@ -34,8 +34,8 @@ def main() -> None:
     cpu_shim.install()
     torch.set_num_threads(1)
     import torch.distributed as dist
+    from megatron_helpers import MODEL, VOCAB, make_models, make_rows
 
-    from conftest import MODEL, VOCAB, make_models, make_rows
     from t1.routing import replay as hf_replay
     from t1.train.batch import collate
     from t1.train.megatron import convert as C
@@ -73,11 +73,19 @@ def main() -> None:
     back = C.unshard(dict(gathered), sizes, MODEL.layers, MODEL.experts)
     exact = set(back) == set(full) and all(torch.equal(back[k], full[k]) for k in full)
     if dist.get_rank() == 0:
-        Path(a.out).write_text(json.dumps({
-            "tp": par.tp, "ep": par.ep, "logits_max_err": float(live_err),
-            "replayed_logits_max_err": float((want - got).abs().max()),
-            "replay_agreement": float(agree), "unshard_exact": bool(exact), "vocab": VOCAB,
-        }))
+        Path(a.out).write_text(
+            json.dumps(
+                {
+                    "tp": par.tp,
+                    "ep": par.ep,
+                    "logits_max_err": float(live_err),
+                    "replayed_logits_max_err": float((want - got).abs().max()),
+                    "replay_agreement": float(agree),
+                    "unshard_exact": bool(exact),
+                    "vocab": VOCAB,
+                }
+            )
+        )
     dist.barrier()
     dist.destroy_process_group()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import MODEL, VOCAB, make_models, make_rows
+from megatron_helpers import MODEL, VOCAB, make_models, make_rows
 
 from t1.train.batch import collate
 from t1.train.megatron import convert as C

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import MODEL, VOCAB, make_models, make_rows
+from megatron_helpers import MODEL, VOCAB, make_models, make_rows
 
 from t1.config import Config, PPOConfig, TrainConfig, load_config
 from t1.ppo.losses import policy_loss
