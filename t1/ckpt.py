@@ -343,11 +343,7 @@ def write_checkpoint(
     An existing directory for the same step (a partial one from a crash, or a complete one
     being redone after a resume) is moved aside and replaced; its removal is left to retention.
     """
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    name = step_dir_name(step)
-    tmp = root / f".tmp-{name}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
-    tmp.mkdir()
+    tmp = begin_checkpoint(root, step)
     entries: dict[str, dict[str, Any]] = {}
     for pname, value in parts.items():
         if not _PART_NAME.match(pname) or pname in (MANIFEST, MARKER):
@@ -356,6 +352,40 @@ def write_checkpoint(
         file = pname + FORMATS.get(fmt, "")
         nbytes, sha = _write_part(tmp / file, fmt, value)
         entries[pname] = {"file": file, "format": fmt, "bytes": nbytes, "sha256": sha}
+    return seal_checkpoint(root, step, tmp, entries, meta=meta)
+
+
+def begin_checkpoint(root: str | os.PathLike[str], step: int) -> Path:
+    """A fresh temporary directory ROOT/.tmp-step_N-... for the parts of checkpoint `step`
+    (several processes may write into it; `seal_checkpoint` makes it count)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    name = step_dir_name(step)
+    tmp = root / f".tmp-{name}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    return tmp
+
+
+def seal_checkpoint(
+    root: str | os.PathLike[str],
+    step: int,
+    tmp: Path,
+    entries: Mapping[str, dict[str, Any]] | None = None,
+    *,
+    meta: Mapping[str, Any] | None = None,
+) -> Checkpoint:
+    """Manifest, rename to ROOT/step_N, completion marker (see the module docstring). Without
+    `entries`, every `*.bin` file already written (and fsynced) in `tmp` is a `bytes` part
+    (used by t1.train.megatron.checkpoint: one file per rank)."""
+    root, tmp = Path(root), Path(tmp)
+    name = step_dir_name(step)
+    if entries is None:
+        entries = {}
+        for f in sorted(tmp.glob("*" + FORMATS["bytes"])):
+            entries[f.name[: -len(FORMATS["bytes"])]] = {
+                "file": f.name, "format": "bytes", "bytes": f.stat().st_size,
+                "sha256": _sha256_file(f),
+            }  # fmt: skip
     manifest = {
         "schema_version": SCHEMA_VERSION,
         "status": "complete",
@@ -363,7 +393,7 @@ def write_checkpoint(
         "created": time.time(),
         "host": socket.gethostname(),
         "pid": os.getpid(),
-        "parts": entries,
+        "parts": dict(entries),
         "meta": dict(meta or {}),
     }
     write_json_atomic(tmp / MANIFEST, manifest)

@@ -133,6 +133,9 @@ class FleetConfig:
     health_failures: int = 3  # consecutive failed checks: the replica is down (hung)
     max_resample: int = 2  # re-samples of a trajectory whose replica died under it
     rejoin_timeout_s: float = 1800.0  # a weight update waits this long for a restarting replica
+    server: str = "sglang"  # sglang | t1: what a replica step runs (t1 = `t1 serve`, CPU stand-in)
+    colocate: bool = False  # replicas share the trainer's nodes (srun --overlap; port + index)
+    start_timeout_s: float = 900.0  # t1 segment waits this long for its replica steps' /health
 
 
 @dataclass(frozen=True)

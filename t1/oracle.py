@@ -18,7 +18,9 @@ Prints a table (task, passed/total, resolved, reward, seconds, error) on stdout 
 bar on stderr; `--json FILE` writes a list of objects with exactly the keys `task`, `agent`,
 `passed`, `total`, `resolved`, `reward`, `seconds`, `assertions` ([{name, outcome}]), `error`.
 A task that fails to load, build, start, or whose solution times out or whose verifier yields
-nothing gets an `error` in its row; the other tasks still run.
+nothing, or whose report names other assertions than the pool recorded from its reference run
+(`tampered: ...`, scored as all failed; t1.verifier), gets an `error` in its row; the other
+tasks still run.
 
 Exit code: 0 when no row has an error (unresolved tasks alone are not errors: a noop run
 resolves nothing on purpose), 1 when some row has an error, 2 when no task was found.
@@ -31,16 +33,14 @@ run_solution), which the rollout and the synthesizer reuse, lives in t1/tasks/en
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from t1.records import write_json_atomic
 from t1.reward import RewardSpec
 from t1.sandbox import Limits
 from t1.tasks import Task, TaskError, check_task, find_tasks, load_task
@@ -73,6 +73,7 @@ def run_task(
     reward: RewardSpec | None = None,
     cache_dir: Path | None = None,
     limits: Limits | None = None,
+    network: str = "never",
 ) -> dict[str, Any]:
     """One task end to end in a fresh sandbox; the JSON row (never raises for a broken task)."""
     if agent not in AGENTS:
@@ -84,10 +85,10 @@ def run_task(
     try:
         if not isinstance(task, Task):
             task = load_task(task)
-        with open_task_sandbox(task, backend, cache_dir, limits) as sb:
+        with open_task_sandbox(task, backend, cache_dir, limits, network) as sb:
             solution_error = run_solution(task, sb) if agent == "oracle" else None
             result = score_in_sandbox(task, sb)
-        error = result.error
+        error = result.error or (f"tampered: {result.tampered}" if result.tampered else None)
         if solution_error and (error or not result.resolved or "timed out" in solution_error):
             error = solution_error + (f"; {error}" if error else "")
     except TaskError as e:
@@ -133,7 +134,7 @@ def main(args: argparse.Namespace) -> int:
     if not paths:
         print("t1 oracle: no task directories found", file=sys.stderr)
         return 2
-    reward, cache_dir = RewardSpec(), None
+    reward, cache_dir, network = RewardSpec(), None, "never"
     if args.config is not None:
         from t1.config import load_config
 
@@ -143,10 +144,12 @@ def main(args: argparse.Namespace) -> int:
         scale = cfg.reward.scale if cfg.reward.scale > 0 else RewardSpec().scale
         reward = RewardSpec(kind=cfg.reward.kind, scale=scale, subtract_noop=False)
         cache_dir = Path(cfg.tasks.env_cache).expanduser()
-    rows = run_many(paths, args.agent, args.sandbox, max(1, args.jobs), reward, cache_dir)
+        network = cfg.sandbox.network
+    rows = run_many(paths, args.agent, args.sandbox, max(1, args.jobs), reward, cache_dir, network)
     print(format_table(rows))
     if args.json is not None:
-        _write_json(args.json, rows)
+        rows_out = [{k: r[k] for k in ROW_KEYS} for r in rows]  # a list: readers expect one
+        write_json_atomic(args.json, rows_out, indent=2, schema_version=None, status=None)
     return 1 if any(r["error"] for r in rows) else 0
 
 
@@ -157,13 +160,14 @@ def run_many(
     jobs: int,
     reward: RewardSpec,
     cache_dir: Path | None = None,
+    network: str = "never",
 ) -> list[dict]:
     """Run every task (in parallel up to `jobs`), rows in the order of `paths`."""
     rows: dict[int, dict] = {}
     bar = _Progress(len(paths))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {
-            pool.submit(run_task, p, agent, backend, reward, cache_dir): i
+            pool.submit(run_task, p, agent, backend, reward, cache_dir, None, network): i
             for i, p in enumerate(paths)
         }
         for fut in as_completed(futures):
@@ -190,15 +194,6 @@ def format_table(rows: list[dict]) -> str:
     errors = sum(bool(r["error"]) for r in rows)
     lines.append(f"{resolved} of {len(rows)} resolved, {errors} with errors")
     return "\n".join(lines)
-
-
-def _write_json(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump([{k: r[k] for k in ROW_KEYS} for r in rows], fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, path)
 
 
 class _Progress:

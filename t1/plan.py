@@ -61,9 +61,26 @@ def nodes_per_replica(cfg) -> int:
 
 
 def split_allocation(cfg, hosts: list[str]) -> dict[str, Any]:
-    """Trainer nodes first, then each replica's nodes; the replicas' URLs and the router's."""
+    """Trainer nodes first, then each replica's nodes; the replicas' URLs and the router's.
+
+    `fleet.colocate`: the trainer has every node and replica r runs on node r mod N at port
+    `fleet.port + r`, as its own job step beside the trainer's (srun --overlap): the
+    single-node split of the Slurm CI."""
     f = cfg.fleet
     per = nodes_per_replica(cfg)
+    if f.colocate:
+        if per != 1:
+            raise ValueError(f"fleet.colocate needs one node per replica; fleet.tp {f.tp} needs {per}")
+        if not hosts:
+            raise ValueError("the allocation has no nodes")
+        replicas = [
+            {"index": r, "nodes": [hosts[r % len(hosts)]], "port": f.port + r}
+            for r in range(f.replicas)
+        ]
+        for r in replicas:
+            r["url"] = f"http://{r['nodes'][0]}:{r['port']}"
+        router = f"http://{hosts[0]}:{f.router_port}" if replicas else None
+        return {"trainer": list(hosts), "replicas": replicas, "router": router}
     servers = f.replicas * per
     trainer = len(hosts) - servers
     if trainer < 1:
@@ -74,7 +91,9 @@ def split_allocation(cfg, hosts: list[str]) -> dict[str, Any]:
     replicas = []
     for r in range(f.replicas):
         nodes = hosts[trainer + r * per : trainer + (r + 1) * per]
-        replicas.append({"index": r, "nodes": nodes, "url": f"http://{nodes[0]}:{f.port}"})
+        replicas.append(
+            {"index": r, "nodes": nodes, "port": f.port, "url": f"http://{nodes[0]}:{f.port}"}
+        )
     router = f"http://{replicas[0]['nodes'][0]}:{f.router_port}" if replicas else None
     return {"trainer": hosts[:trainer], "replicas": replicas, "router": router}
 
@@ -117,8 +136,11 @@ def replica_memory(cfg) -> dict[str, float]:
     }
 
 
-def replica_command(cfg, replica: dict[str, Any], model_path: str) -> list[str]:
-    """srun of one replica, under the health watcher, on its nodes of the allocation."""
+def replica_command(
+    cfg, replica: dict[str, Any], model_path: str, config_path: str | None = None
+) -> list[str]:
+    """srun of one replica, under the health watcher, on its nodes of the allocation
+    (`config_path`: the run's config, which `fleet.server: t1` serves with)."""
     f = cfg.fleet
     nodes = replica["nodes"]
     url = replica["url"]
@@ -130,11 +152,15 @@ def replica_command(cfg, replica: dict[str, Any], model_path: str) -> list[str]:
         nnodes=len(nodes),
         node_rank=rank,
         head=nodes[0],
+        port=replica.get("port", f.port),
+        config_path=config_path,
     )
     srun = ["srun", f"--nodes={len(nodes)}", "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}"]
     if cfg.campaign.gpus:
         srun.append(f"--gpus-per-node={cfg.campaign.gpus}")
     srun += [f"--job-name=replica{replica['index']}", "--kill-on-bad-exit=1"]
+    if f.colocate:  # shares the node's CPUs and memory with the trainer's step
+        srun.append("--overlap")
     watched = launch.watch_command(url, server, f.health_interval_s)
     if len(nodes) > 1:  # each node's rank is only known inside the step
         return [
@@ -153,6 +179,8 @@ def trainer_command(
     backend = getattr(getattr(cfg, "train", None), "backend", "hf")
     srun = ["srun", f"--nodes={len(trainer_nodes)}", "--ntasks-per-node=1"]
     srun += [f"--nodelist={','.join(trainer_nodes)}", "--job-name=trainer", "--kill-on-bad-exit=1"]
+    if cfg.fleet.colocate:
+        srun.append("--overlap")
     if backend != "megatron":
         return backend, [*srun, "t1", *train[1:]]
     gpn = layout["gpus_per_node"]
@@ -171,6 +199,8 @@ def segment_plan(args: argparse.Namespace) -> dict[str, Any]:
 
     cfg = load_config(args.config)
     c = cfg.campaign
+    if cfg.fleet.replicas and cfg.engine.backend != "sglang":
+        raise ValueError(f"fleet.replicas {cfg.fleet.replicas} needs engine.backend sglang")
     run_dir = Path(args.run_dir or Path(cfg.run.results_dir) / cfg.run.name)
     k = args.steps or c.steps_per_segment
     steps = list(range(args.iter * k, (args.iter + 1) * k))
@@ -224,7 +254,10 @@ def segment_plan(args: argparse.Namespace) -> dict[str, Any]:
                 },
             }
         )
-    replicas = [dict(r, launch=replica_command(cfg, r, str(sft_actor))) for r in split["replicas"]]
+    replicas = [
+        dict(r, launch=replica_command(cfg, r, str(sft_actor), args.config))
+        for r in split["replicas"]
+    ]
     router = None
     if replicas:
         router = launch.router_command(cfg, [r["url"] for r in replicas])
@@ -381,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    cmd = replica_command(cfg, replicas[args.index], args.model)
+    cmd = replica_command(cfg, replicas[args.index], args.model, args.config)
     if args.print:
         print(shlex.join(cmd))
         return 0

@@ -203,7 +203,13 @@ def run_one(
     sb_cfg = cfg.sandbox
     base = spec_from_config(sb_cfg)
     try:
-        spec = task_spec(task, sb_cfg.backend, Path(cfg.tasks.env_cache).expanduser(), base.limits)
+        spec = task_spec(
+            task,
+            sb_cfg.backend,
+            Path(cfg.tasks.env_cache).expanduser(),
+            base.limits,
+            sb_cfg.network,
+        )
         spec = dataclasses.replace(
             spec, output_cap_bytes=base.output_cap_bytes, cow=base.cow, provision=base.provision
         )
@@ -252,6 +258,7 @@ def collect(
     """Launch one trajectory per task (over-sampling), admit the first `admit` to complete
     and assemble into TITO streams (`reward` defaults to `reward_of(cfg, tasks)`)."""
     from t1.engine.fleet import run_resampled
+
     reward = reward or reward_of(cfg, tasks)
     admit = min(admit or cfg.rollout.admit, len(tasks))
     deterministic = cfg.run.deterministic

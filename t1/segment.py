@@ -58,6 +58,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from t1.lock import PidFile, die_with_parent
@@ -257,6 +258,8 @@ class Driver:
         return 0
 
     children: PidFile | None = None  # the running child, for the next attempt to reap
+    # (what, cmd) -> the argv to run; t1.segment_fleet puts `t1 train` in its own job step
+    launcher: Callable[[str, list[str]], list[str]] | None = None
 
     def call(self, what: str, cmd: list[str]) -> int:
         """Run one command; its output is a heartbeat; a stop request is passed on."""
@@ -265,6 +268,8 @@ class Driver:
         print(f"$ {' '.join(cmd)}", flush=True)
         heartbeat()
         argv = t1_command() + cmd[1:] if cmd[:1] == ["t1"] else cmd
+        if self.launcher is not None:
+            argv = self.launcher(what, cmd)
         proc = subprocess.Popen(  # dies with this driver, even by SIGKILL (t1.lock)
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
         )
@@ -384,4 +389,8 @@ def main(args: argparse.Namespace) -> int:
     if not args.dry_run:
         driver.stop = StopRequest()
         take_over(driver)
+        from t1.segment_fleet import fleet_steps_wanted, run_with_fleet
+
+        if fleet_steps_wanted(driver.cfg):  # replicas as job steps of this allocation
+            return run_with_fleet(driver)
     return driver.run()

@@ -1,4 +1,4 @@
-"""The held-out verifier: run a task's tests where the agent cannot reach, read per-assertion outcomes.
+"""The held-out verifier: run a task's tests where the agent cannot reach; per-assertion outcomes.
 
     from t1.verifier import score_in_sandbox
     result = score_in_sandbox(task, sandbox)     # after the agent (or the oracle) acted
@@ -28,7 +28,8 @@ How a bwrap sandbox is verified (`_score_hardened`; t1.sandbox.compartment does 
    the files the script names, under the HOST's python3 started by the host's own dynamic
    loader and libraries (`--library-path`), in isolated mode without site (`-I -S`), with
    pytest and the packages the script asks for (`-w`, `uv add`, `pip install`) from a dir
-   built on the host out of the provisioned wheelhouse; our own pytest.ini (`-c`),
+   built on the host out of the provisioned wheelhouse; `-c` our pytest.ini (or the task's
+   /tests/pytest.ini),
    `--rootdir /tests --confcutdir /tests` (a conftest.py in /tests is the task's and loads;
    none above it does), `-p no:cacheprovider`, plugin autoload off, no PYTEST_*/LD_* in the
    environment, PATH with /opt/t1/bin first. Outcomes leave through a pipe whose write end
@@ -73,10 +74,16 @@ Not defended (and why):
   is killed; no nsenter: services are not reachable from the compartment).
 * The kernel, bwrap and the host are trusted.
 
+Fidelity costs: pytest runs under the host's python3 whatever `uvx -p 3.13` or the image's
+Python asks for (the tests' subprocesses still get the image's `python` on PATH); a script's
+own setup lines before pytest (exports, `cd`, services it starts) do not run — the task's
+`[verifier] env` and the sandbox's start env (Dockerfile ENV) do reach the tests; the tests'
+cwd is the workdir; `-k` and other pytest options of the script are not honoured.
+
 The report parsers (JUnit XML, the -rA summary, reward files; t1/verifier_report.py) serve
-the shell path and the reward files. Names are `<test file stem>::<class>::<test>[<params>]`. A verifier that times
-out, crashes or yields no outcomes gives a result with `error` set (and total 0 when nothing
-was read); it never raises into the caller's run loop.
+the shell path and the reward files. Names are `<test file stem>::<class>::<test>[<params>]`.
+A verifier that times out, crashes or yields no outcomes gives a result with `error` set
+(and total 0 when nothing was read); it never raises into the caller's run loop.
 
 The shell path (other backends), as the Terminal-Bench harnesses run it: /tests and
 /logs/verifier are made fresh, the tests copied in; v1 `bash /tests/run-tests.sh` from the
@@ -312,6 +319,14 @@ def pytest_plan(task: Task) -> tuple[list[str], list[str]] | None:
     return targets or [TESTS_DIR], specs
 
 
+def _ini(tests_dir: Path, harness_inside: str) -> str:
+    """The task's own /tests/pytest.ini (markers, options: it is the task's, like its
+    conftest.py), else ours; never one found by pytest's search above /tests or in the cwd."""
+    if (tests_dir / "pytest.ini").is_file() and not (tests_dir / "pytest.ini").is_symlink():
+        return f"{TESTS_DIR}/pytest.ini"
+    return f"{harness_inside}/pytest.ini"
+
+
 def _tail_paths(task: Task) -> list[str]:
     """`--tail-path` args: the agent's site dirs when the script runs the system Python's pytest
     (plain `pytest`, `python -m pytest`); none under uv / uvx, whose envs are isolated too."""
@@ -335,8 +350,10 @@ def harness_env(task: Task, base_env: dict[str, str] | None) -> dict[str, str]:
 
     env = {**(base_env or {}), **dict(task.verifier.env)}
     env = {k: v for k, v in env.items() if not k.startswith(_DROP_ENV)}
+    start = (base_env or {}).get("PATH", BASE_PATH).split(":")  # ours and the task's
+    path = ["/opt/t1/bin", *(d for d in start if d and d != "/opt/t1/bin")]
     env.update(
-        PATH="/opt/t1/bin:" + BASE_PATH,
+        PATH=":".join(dict.fromkeys(path)),
         TEST_DIR=TESTS_DIR,
         HOME="/root",
         USER="root",
@@ -417,7 +434,7 @@ def _score_hardened(task: Task, sandbox, timeout: float | None) -> VerifierResul
             argv = pristine.argv("/usr/bin/python3") + [
                 "-I", "-S", f"{comp.HARNESS_INSIDE}/{HARNESS_SOURCE.name}", "--fd", "{fd}",
                 "--site", f"{comp.HARNESS_INSIDE}/site", *_tail_paths(task), "--", *targets,
-                "-c", f"{comp.HARNESS_INSIDE}/pytest.ini", "--rootdir", TESTS_DIR,
+                "-c", _ini(tests_dir, comp.HARNESS_INSIDE), "--rootdir", TESTS_DIR,
                 "--confcutdir", TESTS_DIR, "-p", "no:cacheprovider", "-rA",
             ]  # fmt: skip
         else:
@@ -510,7 +527,7 @@ def _read_host(path: Path) -> str | None:
         return None
 
 
-# --------------------------------------------------------------------------- checked against the task
+# ---------------------------------------------------------------- checked against the task
 
 
 def recorded_names(task: Task) -> list[str] | None:

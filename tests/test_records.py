@@ -222,9 +222,10 @@ DIRECTORY_RECORDS = {
 def test_no_module_hand_rolls_an_atomic_json_write():
     offenders = []
     for path in sorted((ROOT / "t1").rglob("*.py")):
-        if path == ROOT / "t1" / "records.py":
+        text = path.read_text()
+        if path == ROOT / "t1" / "records.py" or "json.dump" not in text:
             continue
-        for fn in hand_rolled(path.read_text()):
+        for fn in hand_rolled(text):
             where = f"{path.relative_to(ROOT)}: {fn.split(' (')[0]}"
             if where not in DIRECTORY_RECORDS:
                 offenders.append(f"{where} ({fn.split(' (')[1]}")

@@ -1,4 +1,4 @@
-"""Adversarial suite: attack tasks whose solutions do no work and try to forge the verifier's outcome.
+"""Adversarial suite: attack tasks whose solutions do no work and try to forge the outcome.
 
     .venv/bin/python -m pytest tests/test_reward_integrity.py -q -s      # -s prints the table
 
@@ -67,6 +67,8 @@ def why(row: dict) -> str:
     """Why an attack scored what it did, from its row: the error, or the assertions it failed."""
     if row["error"]:
         return f"verifier error: {row['error'][:120]}"
+    if [a["name"] for a in row["assertions"]] == ["reward"]:
+        return f"the reward file in the private report dir: {row['assertions'][0]['outcome']}"
     failed = sorted(
         a["name"]
         for a in row["assertions"]
@@ -158,3 +160,48 @@ def test_the_agents_processes_are_dead_and_services_contained():
         left = sb.exec("cat /logs/verifier/reward.txt").output.strip()
     assert any("services left running" in n and ".svc.py" in n for n in r.notes), r.notes
     assert left == "1" and (r.passed, r.total) == (1, 3) and r.error is None
+
+
+def test_tests_see_what_the_agent_left_in_tmp_root_and_home(tmp_path):
+    """The compartment binds the agent's /tmp, /root and /home (host dirs of the sandbox)."""
+    import shutil
+
+    from t1.tasks.env import open_task_sandbox, run_solution
+    from t1.verifier import score_in_sandbox
+
+    task_dir = tmp_path / "honest-plus"
+    shutil.copytree(ATTACKS / "honest", task_dir)
+    with (task_dir / "tests" / "test_outputs.py").open("a") as fh:
+        fh.write(
+            "\n\ndef test_agent_tmp_root_home():\n"
+            "    assert Path('/tmp/agent-tmp').read_text() == 'tmp\\n'\n"
+            "    assert Path('/root/agent-root').read_text() == 'root\\n'\n"
+            "    assert Path('/home/u/agent-home').read_text() == 'home\\n'\n"
+        )
+    task = load_task(task_dir)
+    with open_task_sandbox(task) as sb:
+        assert run_solution(task, sb) is None
+        sb.exec("echo tmp > /tmp/agent-tmp; echo root > /root/agent-root")
+        sb.exec("mkdir -p /home/u && echo home > /home/u/agent-home")
+        r = score_in_sandbox(task, sb)
+    assert r.error is None and (r.passed, r.total) == (4, 4), r.output[-1500:]
+
+
+def test_oracle_row_of_a_report_with_other_names_is_tampered(tmp_path):
+    """A pool that recorded other assertion names than the verifier reports: the row is an
+    error naming the mismatch, scores 0, and never resolves, even for the honest solution."""
+    import shutil
+
+    from t1.oracle import run_task
+
+    pool = tmp_path / "pool"
+    shutil.copytree(ATTACKS / "honest", pool / "tasks" / "00000-honest")
+    recorded = ["test_outputs::test_app_dir_exists", "test_outputs::test_greeting"]
+    manifest = {"schema_version": 1, "status": "complete", "tasks": [
+        {"rank": 0, "id": "honest", "path": "tasks/00000-honest", "assertions": 2,
+         "assertion_names": recorded}]}  # fmt: skip
+    (pool / "manifest.json").write_text(json.dumps(manifest))
+    row = run_task(pool / "tasks" / "00000-honest", "oracle")
+    assert row["error"].startswith("tampered: the verifier reported 3 assertions"), row
+    assert "not in the task: test_outputs::test_script_prints_ok" in row["error"]
+    assert (row["passed"], row["total"], row["resolved"], row["reward"]) == (0, 2, False, 0.0)

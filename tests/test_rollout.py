@@ -128,6 +128,8 @@ def test_tito_audit_reports_zero_drift_and_relation_counts(rollout, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     audit = json.loads((tmp_path / "audit.json").read_text())
     assert set(audit) == {
+        "schema_version",  # t1.records stamps every record
+        "status",
         "trajectories",
         "loss_tokens",
         "drift_tokens",

@@ -366,16 +366,44 @@ def test_pytest_plan_reads_targets_and_specs_from_the_script():
 
 
 def test_harness_env_drops_what_changes_reporting_and_keeps_the_task_env():
+    """`base_env` is the sandbox's START environment (ours and the Dockerfile's), never what
+    the agent exported in its shell."""
     from t1.verifier import harness_env
 
-    base = {"PATH": "/evil:/usr/bin", "PYTEST_ADDOPTS": "-p evil", "PYTEST_PLUGINS": "evil",
-            "LD_PRELOAD": "/x.so", "BASH_ENV": "/x.sh", "PYTHONPATH": "/app/lib", "REPORT_DIR": "/r"}  # fmt: skip
+    base = {
+        "PATH": "/opt/t1/python/3.12/bin:/usr/local/bin:/usr/bin",
+        "PYTEST_ADDOPTS": "-p evil",
+        "PYTEST_PLUGINS": "evil",
+        "LD_PRELOAD": "/x.so",
+        "BASH_ENV": "/x.sh",
+        "PYTHONPATH": "/app/lib",
+        "REPORT_DIR": "/r",
+    }
     env = harness_env(load_task(REPO / "workflow/tasks/csv-summary"), base)
     assert not {"PYTEST_ADDOPTS", "PYTEST_PLUGINS", "LD_PRELOAD", "BASH_ENV"} & set(env)
-    assert env["PATH"].split(":")[0] == "/opt/t1/bin" and "/evil" not in env["PATH"]
+    assert env["PATH"] == "/opt/t1/bin:/opt/t1/python/3.12/bin:/usr/local/bin:/usr/bin"
     # the harness runs with -I (PYTHON* ignored); the tests' subprocesses still get them
     assert env["PYTHONPATH"] == "/app/lib" and env["REPORT_DIR"] == "/r"
     assert env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1" and env["TEST_DIR"] == "/tests"
+    assert harness_env(load_task(REPO / "workflow/tasks/csv-summary"), None)["PATH"].startswith(
+        "/opt/t1/bin:/usr/local/sbin:"
+    )
+
+
+def test_bwrap_shares_tmp_root_home_from_host_dirs_for_the_compartment(tmp_path):
+    from t1.sandbox.base import SandboxSpec
+    from t1.sandbox.bwrap import Plan, bwrap_args
+
+    plan = Plan(root=tmp_path, workdir_host=tmp_path / "wd", logs_host=tmp_path / "logs")
+    plan.shared = {d: tmp_path / "shared" / d.strip("/") for d in ("/tmp", "/root", "/home")}
+    a = bwrap_args(SandboxSpec(workdir="/app"), plan, as_root=True)
+    binds = {(a[i + 1], a[i + 2]) for i in range(len(a) - 2) if a[i] == "--bind"}
+    for d in ("/tmp", "/root", "/home"):
+        assert (str(tmp_path / "shared" / d.strip("/")), d) in binds
+    assert ("--tmpfs", "/tmp") not in set(zip(a, a[1:]))
+    plan.shared = {}
+    a = bwrap_args(SandboxSpec(workdir="/app"), plan, as_root=True)
+    assert ("--tmpfs", "/tmp") in set(zip(a, a[1:]))
 
 
 def test_compartment_args_private_tests_logs_harness_and_loader(tmp_path):
@@ -423,3 +451,31 @@ def test_system_python_verifiers_see_the_agents_site_packages_last():
     task = load_task(REPO / "tests/data/broken-tasks/verifier-crash")  # plain python3
     tail = _tail_paths(task)
     assert tail[::2] == ["--tail-path"] * 3 and "/usr/lib/python3/dist-packages" in tail
+
+
+def test_pool_records_the_reference_runs_assertion_names(tmp_path):
+    import json
+
+    from t1.tasks.pool_build import build_pool
+    from t1.verifier import recorded_names
+
+    names = ["test_outputs::test_a", "test_outputs::test_b"]
+    row = {"task": "csv-summary", "agent": "oracle", "passed": 2, "total": 2, "resolved": True,
+           "reward": 0.2, "seconds": 1.0, "error": None,
+           "assertions": [{"name": n, "outcome": "passed"} for n in reversed(names)]}  # fmt: skip
+    (tmp_path / "oracle.json").write_text(json.dumps([row]))
+    m = build_pool(
+        [REPO / "workflow/tasks/csv-summary"],
+        tmp_path / "pool",
+        validated=[tmp_path / "oracle.json"],
+    )
+    assert m["tasks"][0]["assertion_names"] == names
+    assert recorded_names(load_task(tmp_path / "pool" / m["tasks"][0]["path"])) == names
+
+
+def test_ini_is_the_tasks_own_or_ours_never_a_planted_one(tmp_path):
+    from t1.verifier import _ini
+
+    assert _ini(tmp_path, "/run/t1/harness") == "/run/t1/harness/pytest.ini"
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers = slow\n")
+    assert _ini(tmp_path, "/run/t1/harness") == "/tests/pytest.ini"

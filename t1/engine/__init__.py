@@ -19,6 +19,11 @@ __all__ = ["Engine", "GenerateRequest", "GenerateResult", "SamplingParams", "mak
 def make_engine(cfg, model_dir: str | Path | None = None) -> Engine:
     """The engine the config asks for: `local` loads `model_dir`; `sglang` talks to `engine.url`,
     or to the fleet's replicas when `fleet.replicas` > 0."""
+    if cfg.fleet.replicas > 0 and cfg.engine.backend != "sglang":
+        raise ValueError(
+            f"fleet.replicas is {cfg.fleet.replicas} but engine.backend is "
+            f"{cfg.engine.backend!r}: a fleet is SGLang servers (engine.backend: sglang)"
+        )
     if cfg.engine.backend == "local":
         if model_dir is None:
             raise ValueError("engine.backend local needs a policy directory")

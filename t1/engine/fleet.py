@@ -22,13 +22,15 @@ Failure paths (issue 13), each a counter in `stats()` and an event in `events`:
   `/update_weights_from_disk` {`model_path`, `weight_version`}; if one answers
   `success: false` or an error, the fleet refuses every `generate` until a later update
   succeeds (`WeightUpdateFailed`), so no sample of the old weights is admitted. Each answer's
-  `meta_info.weight_version` must equal the fleet's version, or it is `StaleWeights`.
+  `meta_info.weight_version` must equal the fleet's version, or it is `StaleWeights`: that
+  replica is taken out until the current weights are loaded into it, the trajectory re-sampled.
 * An answer without the routing capture it was asked for aborts that trajectory
   (`parse_response` raises; counted as `missing_routing`); it is never padded or dropped.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -58,8 +60,9 @@ class WeightUpdateFailed(FleetError):
     """A replica did not load the step's weights: the step must stop before sampling."""
 
 
-class StaleWeights(FleetError):
-    """An answer was sampled with weights other than the fleet's current version."""
+class StaleWeights(ReplicaLost):
+    """An answer was sampled with weights other than the fleet's: that replica is taken out
+    (the health monitor reloads the current weights into it) and the trajectory re-sampled."""
 
 
 class _Down(Exception):
@@ -271,13 +274,13 @@ class Fleet:
                 self._sessions[req.session_id] = (rep, rep.incarnation)
             return rep, rep.incarnation
 
-    def _lost(self, message: str) -> ReplicaLost:
+    def _lost(self, message: str, kind: type[ReplicaLost] = ReplicaLost) -> ReplicaLost:
         """Count a loss and flag the calling thread's trajectory (caller holds the lock)."""
         self.stats.replica_lost += 1
         traj = getattr(self._local, "traj", None)
         if traj is not None:
             traj.lost = True
-        return ReplicaLost(message)
+        return kind(message)
 
     def _one(self, req: GenerateRequest) -> GenerateResult:
         rep, inc = self._pick(req)
@@ -318,12 +321,11 @@ class Fleet:
         meta = body.get("meta_info") if isinstance(body, dict) else None
         got = meta.get("weight_version") if isinstance(meta, dict) else None
         if self.version is not None and got != self.version:
+            why = f"sampled with weights {got!r}, the fleet serves {self.version!r}"
+            self._mark_down(rep, inc, why)
             with self._lock:
                 self.stats.stale_weights += 1
-            raise StaleWeights(
-                f"{rep.url}: request {req.request_id} was sampled with weights {got!r}, "
-                f"the fleet serves {self.version!r}"
-            )
+                raise self._lost(f"{rep.url}: request {req.request_id} was {why}", StaleWeights)
         try:
             return parse_response(req, body, self.layers, self.k, self.num_experts)
         except EngineError as e:
@@ -421,8 +423,8 @@ class Fleet:
         except urllib.error.HTTPError as e:  # it answered: an error of the request, not of the host
             detail = e.read()[:500].decode(errors="replace")
             raise EngineError(f"{rep.url}{path}: HTTP {e.code}: {detail}") from None
-        except (urllib.error.URLError, OSError) as e:
-            raise _Down(f"{type(e).__name__}: {e}") from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+            raise _Down(f"{type(e).__name__}: {e}") from None  # refused, reset, cut short
         if not raw.strip():
             return None
         try:

@@ -8,7 +8,8 @@
 token's expert ids), `--weight-version` (echoed in each answer's `meta_info.weight_version`;
 the client refuses samples of another version), `--enable-deterministic-inference` when
 `run.deterministic`, and `--nnodes/--node-rank/--dist-init-addr` when a replica spans nodes
-(tp > GPUs per node). `router_command` is `python -m sglang_router.launch_router` over the
+(tp > GPUs per node). With `fleet.server: t1` it is `t1 serve` instead (same HTTP schema,
+the CPU stand-in the Slurm CI runs). `router_command` is `python -m sglang_router.launch_router` over the
 replicas (cache-aware policy) for the consumers that want one URL (evaluation, synthesis);
 the rollout client (t1/engine/fleet.py) routes itself, because it must know which replica a
 trajectory lives on to re-sample it when that replica dies, and must load each replica's
@@ -35,6 +36,7 @@ from pathlib import Path
 
 SGLANG_SERVER = ["python", "-m", "sglang.launch_server"]
 SGLANG_ROUTER = ["python", "-m", "sglang_router.launch_router"]
+T1_SERVE = ["python", "-m", "t1.cli", "serve"]  # fleet.server t1: the CPU stand-in for SGLang
 DIST_PORT_OFFSET = 1000  # a multi-node replica's torch.distributed port: fleet.port + this
 
 
@@ -47,12 +49,24 @@ def server_command(
     nnodes: int = 1,
     node_rank: int | str = 0,
     head: str = "",
+    port: int | None = None,
+    config_path: str | None = None,
 ) -> list[str]:
-    """One SGLang server of the fleet (one node of it when the replica spans `nnodes`)."""
+    """One SGLang server of the fleet (one node of it when the replica spans `nnodes`); with
+    `fleet.server: t1`, `t1 serve` on the config at `config_path` (the CPU stand-in)."""
     f = cfg.fleet
+    port = f.port if port is None else port
+    if f.server == "t1":
+        if config_path is None or nnodes > 1:
+            raise ValueError("fleet.server t1 (t1 serve) needs the config path and one node")
+        cmd = [*T1_SERVE, "--config", str(config_path), "--model", str(model_path)]
+        cmd += ["--host", host, "--port", str(port)]
+        return cmd + (["--weight-version", weight_version] if weight_version is not None else [])
+    if f.server != "sglang":
+        raise ValueError(f"fleet.server is {f.server!r}; known: sglang, t1 (t1 serve)")
     if f.tp < 1 or f.ep < 1 or f.tp % f.ep:
         raise ValueError(f"fleet.tp {f.tp} must be a positive multiple of fleet.ep {f.ep}")
-    cmd = [*SGLANG_SERVER, "--model-path", str(model_path), "--host", host, "--port", str(f.port)]
+    cmd = [*SGLANG_SERVER, "--model-path", str(model_path), "--host", host, "--port", str(port)]
     cmd += ["--tp-size", str(f.tp)]
     if f.ep > 1:
         cmd += ["--ep-size", str(f.ep)]

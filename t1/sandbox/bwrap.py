@@ -11,7 +11,9 @@ What the sandbox sees:
 * Everything else starts empty: a tmpfs root (with an env layer's rootfs: an overlay of it),
   `/root` and `/home` empty, tmpfs `/tmp`, `/run`, `/dev/shm`; the host's /root, /home, /opt,
   /srv, /mnt, /work, /tmp are not there.
-* Writable binds: the workdir (`spec.workdir`, from a fresh host dir) and `/logs`. Both are
+* Writable binds: the workdir (`spec.workdir`, from a fresh host dir), `/logs`, and `/tmp`,
+  `/root`, `/home` (fresh host dirs; /root and /home live in the env rootfs when there is one),
+  so the verifier's compartment sees them as the agent left them. Workdir and logs are
   the sandbox's own dirs unless `spec.host_workdir` / `spec.logs_dir` name host dirs: its own
   vanish at stop(), so read results (e.g. /logs/verifier/reward.txt) before, or pass dirs.
   The provision cache (t1.sandbox.provision) is read-only at /opt/t1.
@@ -110,6 +112,7 @@ class Plan:
     logs_host: Path | None = None
     provision: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+    shared: dict[str, Path] = field(default_factory=dict)  # /tmp, /root, /home -> host dirs
 
     @property
     def ctl(self) -> Path:
@@ -191,8 +194,12 @@ def bwrap_args(
     for name, target in host_symlinks(host_root).items():
         a += ["--symlink", target, f"/{name}"]
     a += ["--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
-    a += ["--tmpfs", "/tmp", "--tmpfs", "/run"]
-    a += ["--dir", "/root", "--chmod", "0700", "/root", "--dir", "/home"]
+    # /tmp (and /root, /home unless an env rootfs holds them) are host dirs, so that the
+    # verifier's compartment (t1.sandbox.compartment) sees what the agent left there
+    for inside, empty in (("/tmp", "--tmpfs"), ("/root", "--dir"), ("/home", "--dir")):
+        host = plan.shared.get(inside)
+        a += ["--bind", str(host), inside] if host is not None else [empty, inside]
+    a += ["--tmpfs", "/run", "--chmod", "0700", "/root"]
     if plan.provision is not None:
         a += ["--ro-bind", str(plan.provision), PROVISION_INSIDE]
     if plan.workdir_host is not None:
@@ -228,6 +235,12 @@ def sandbox_env(
     env.update(spec.env)
     if prefix and prefix not in env["PATH"].split(":"):
         env["PATH"] = prefix + ":" + env["PATH"]
+    if prefix and env.get("T1_IMAGE_PYTHON"):  # FROM python:X.Y: its `python`, `pip` (README)
+        from t1.sandbox.provision_shims import IMAGE_PYTHON_BIN
+
+        parts = [d for d in env["PATH"].split(":") if d != IMAGE_PYTHON_BIN]
+        at = parts.index(prefix) + 1 if prefix in parts else 0
+        env["PATH"] = ":".join(parts[:at] + [IMAGE_PYTHON_BIN] + parts[at:])
     return env
 
 
@@ -317,7 +330,24 @@ class BwrapSandbox:
                     seed_workdir(Path(spec.env_layer), spec.workdir, plan.workdir_host)
             plan.logs_host = Path(spec.logs_dir) if spec.logs_dir is not None else root / "logs"
             plan.logs_host.mkdir(parents=True, exist_ok=True)
+            if self.build_into is None:
+                own = ("/tmp",) if "/" in plan.overlays else ("/tmp", "/root", "/home")
+                for inside in own:
+                    d = root / "shared" / inside.strip("/")
+                    d.mkdir(parents=True)
+                    d.chmod(0o1777 if inside == "/tmp" else 0o755)
+                    plan.shared[inside] = d
             plan.env = sandbox_env(spec, layer_env, prov_env)
+            image_py = plan.env.get("T1_IMAGE_PYTHON")
+            if (
+                image_py
+                and prov is not None
+                and provision.image_python_dir(prov.root, image_py) is None
+            ):
+                self.notes.append(
+                    f"FROM python:{image_py}: `python` and `pip` are the host's python3 (no "
+                    f"Python {image_py} in the provision cache)"
+                )
             if self.build_into is not None and spec.workdir:
                 plan.env["T1_WORKDIR"] = spec.workdir
             self.cgroup = Cgroup.create(self.name, spec.limits) if as_root else None

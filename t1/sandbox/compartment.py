@@ -1,26 +1,27 @@
-"""The verifier's compartment: a second bubblewrap over the agent's filesystem, none of its processes.
+"""The verifier's compartment: a second bwrap over the agent's filesystem, none of its processes.
 
-    from t1.sandbox.compartment import stop_agent, harness_site, run_compartment
-    stopped = stop_agent(sandbox)                  # kill what the agent started (services aside)
-    site = harness_site(provision_root, ["pytest==8.4.1", "requests"])
-    res = run_compartment(sandbox, argv, env, tests_dir=..., logs_dir=..., harness_dir=...,
-                          channel=True, timeout=120)
+    from t1.sandbox import compartment as comp
+    stopped = comp.stop_agent(sandbox.cgroup, sandbox.shell.proc.pid)   # services aside
+    site = comp.harness_site(provision_root, ["pytest==8.4.1", "requests"])
+    run = comp.run_compartment(sandbox, argv, env, tests_dir, vlogs_dir, harness_dir,
+                               timeout=120, netns_fd=stopped.netns_fd, site_dir=site)
+    run.records, run.output, run.timed_out
 
 t1.verifier uses this; there is no command of its own (`t1 oracle` exercises it).
 
 stop_agent: the agent's cgroup is frozen, every process in it is SIGKILLed except bwrap's own
 two (the launcher and the pid-1 init of the agent's pid namespace), the shell protocol's loop
-and the bash it runs (its death would end the namespace; the verifier never uses that shell
-again), and *services*: processes
-holding a listening TCP or unix socket (Terminal-Bench tasks check servers the agent left
-running). Repeated until nothing else is left, so a fork bomb or a double-forked daemon dies
-too. Services stay in the agent's namespaces: they never see what the verifier mounts.
+and the bash it runs (the loop's death would end the namespace; the verifier never uses that
+shell), and *services*: processes holding a listening TCP or unix socket (Terminal-Bench
+tasks check servers the agent left running). Repeated until nothing else is left, so a fork
+bomb or a double-forked daemon dies too. Services stay in the agent's namespaces: they never
+see what the verifier mounts.
 
 The compartment is `bwrap` started by this process (host binaries, never a file of the
-sandbox) in a new pid, ipc, uts and mount namespace, and in the agent's network namespace
-when services survive (`nsenter --net`, entered before bwrap execs, so nothing is looked up
-in the sandbox's mount namespace) — otherwise in a network namespace of its own. It binds
-the agent's filesystem (the /usr, /etc, /var overlays, the workdir, /tmp, /root, /home,
+sandbox) in a new pid, ipc, uts and mount namespace, and in the agent's network namespace, so
+the services answer on localhost (`nsenter --net`, entered before bwrap execs, so nothing
+is looked up in the sandbox's mount namespace; not root: a network namespace of its own). It
+binds the agent's filesystem (the /usr, /etc, /var overlays, the workdir, /tmp, /root, /home,
 /logs) where the agent had it, and over it, privately: /tests (fresh copy of the task's
 tests), /logs/verifier (a fresh host dir), /run/t1/host/{usr,etc} (the host's own read-only
 system, for the harness), /run/t1/harness (runner, pytest site; read-only), an empty
@@ -122,7 +123,8 @@ def harness_site(provision_root: Path, specs: list[str], cache: Path = HARNESS_C
         shutil.rmtree(tmp, ignore_errors=True)
         raise SandboxError(
             f"cannot build the verifier harness with {' '.join(specs)} from "
-            f"{provision_root}/wheels (add it with `t1 provision --pip SPEC`): {r.stderr.strip()[-500:]}"
+            f"{provision_root}/wheels (add it with `t1 provision --pip SPEC`): "
+            f"{r.stderr.strip()[-500:]}"
         )
     (tmp / ".done").write_text("\n".join(specs) + "\n")
     try:

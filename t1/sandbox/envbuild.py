@@ -35,13 +35,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from t1.records import write_json_atomic
 from t1.sandbox.base import Limits, SandboxError, SandboxSpec
-from t1.sandbox.bwrap import BwrapSandbox, host_symlinks
+from t1.sandbox.bwrap import BASE_PATH, BwrapSandbox, host_symlinks
 from t1.sandbox.layer import DIRS, META, SCHEMA_VERSION, EnvLayer, load_layer
 
 log = logging.getLogger(__name__)
 
-ENVBUILD_VERSION = 1
+ENVBUILD_VERSION = 2  # 2: ENV ${PATH} extends the image PATH; python:X.Y builds see python, pip
 SKIPPED = {
     "LABEL",
     "EXPOSE",
@@ -233,7 +234,7 @@ def build_env(
             "workdir": workdir,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-        (tmp / META).write_text(json.dumps(meta, indent=2))
+        write_json_atomic(tmp / META, meta, indent=2)  # the directory is renamed whole below
         try:
             tmp.rename(out)
         except OSError:  # a concurrent build won
@@ -258,15 +259,26 @@ def _apply(
             f"{source}:{froms[1].line}: multi-stage builds (a second FROM) are not supported"
         )
     blog = open(layer / "build.log", "w")  # noqa: SIM115 - closed in finally
+    from t1.sandbox.needs import from_line, image_python  # python:X.Y -> python, pip (README)
+
+    image_py = image_python(from_line(froms[0].args)) if froms else None
     spec = SandboxSpec(
-        workdir="/", network=True, limits=limits, cow=True, output_cap_bytes=256 * 1024
+        workdir="/",
+        network=True,
+        limits=limits,
+        cow=True,
+        output_cap_bytes=256 * 1024,
+        env={"T1_IMAGE_PYTHON": image_py} if image_py else {},
     )
     sb = BwrapSandbox(spec, build_into=layer)
     try:
         sb.start()
+        # what the base image defines: `ENV PATH=/x:${PATH}` extends the image's PATH (the
+        # build sandbox's, /opt/t1 tools included, stands in for it), it does not replace it
+        image_env = {"PATH": (sb.base_env or {}).get("PATH", BASE_PATH)}
         for ins in instructions:
             where = f"{source}:{ins.line}"
-            variables = {**args, **env}
+            variables = {**image_env, **args, **env}
             if ins.cmd == "FROM":
                 msg = (
                     f"{where}: FROM {ins.args}: approximated by the host root (no image is pulled)"
@@ -280,7 +292,7 @@ def _apply(
                     args.setdefault(k, substitute(v, variables))
             elif ins.cmd == "ENV":
                 for k, v in parse_kv(ins.args, source, ins.line).items():
-                    env[k] = substitute(v, {**args, **env})
+                    env[k] = substitute(v, {**image_env, **args, **env})
             elif ins.cmd == "USER":
                 if substitute(ins.args, variables).split(":")[0] not in ("root", "0"):
                     raise EnvBuildError(f"{where}: USER {ins.args}: only root is supported")

@@ -15,7 +15,7 @@ for `python:X.Y*` and `.../python-3-13:tag` images, its Python version.
 Forms recognised, as real Terminal-Bench tasks write them (tests/sandbox/test_needs.py has one
 fixture of each):
 
-    pip|pip3|pipX.Y|python[3[.Y]] -m pip|uv pip  install [opts] SPEC... [-r FILE] [-c FILE]
+    pip|pip3|pipX.Y|python[3[.Y]] -m pip|"$PY" -m pip|uv pip  install [opts] SPEC... [-r FILE]
     uv add [--dev] [-p V] SPEC...           uv tool install SPEC [--with SPEC]
     uvx [-p|--python V] [--with|-w SPEC]... [--from SPEC] TOOL[@VER] ...
     uv run --with SPEC ...                  uv venv -p V / uv python install V (Python needs)
@@ -29,8 +29,9 @@ continuations are joined. Requirements files (`-r requirements.txt`) are looked 
 What is NOT guessed: a spec with a shell variable (`pip install $PKG`), a line the shell lexer
 cannot split, a requirements file the task does not hold, `uv sync`/`pip install -e .`/local
 paths -> `unparsed` (reported, never provisioned). Installers we do not provision offline
-(npm, cargo, go, gem, conda, a curl/wget of any other URL in the verifier or solution) ->
-`unsupported` (the task is not ready offline).
+(npm, cargo, go, gem, conda, a curl/wget of any other URL in the verifier or solution) and
+`add-apt-repository` (a third-party apt source; the host's distribution stands in for FROM)
+-> `unsupported` (the task is not ready offline).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
     t1 provision                              # -> $T1_PROVISION or ~/.cache/t1/provision
     t1 provision --out DIR --apt datamash jq --pip pytest==8.4.1 requests
     t1 provision --tasks workflow/tasks DIR...  # + what those tasks install (provision_tasks.py)
+    t1 provision --tasks DIR... --build-envs bwrap --json run.json   # the campaign's localrule
 
 Terminal-Bench verifiers install their tools at run time (`apt-get update; apt-get install -y
 curl`, `curl -LsSf https://astral.sh/uv/0.7.13/install.sh | sh`, `uv add pytest==8.4.1`,
@@ -25,6 +26,7 @@ into a directory that every sandbox then sees read-only at /opt/t1:
     /opt/t1/apt/repo/    a flat apt repository: the .debs that `apt-get install --download-only`
                          fetched for the requested packages (with the dependencies the host
                          lacks), `Packages`, `Packages.gz`, `Release`
+    (the scripts are t1/sandbox/provision_shims.py)
     /opt/t1/image/python/bin/   `python`, `python3`, `pip`, `pip3` of FROM python:X.Y images:
                          the sandbox puts it on PATH with T1_IMAGE_PYTHON=X.Y; they run
                          /opt/t1/python/X.Y/bin/python3 when such an interpreter was placed

@@ -52,6 +52,7 @@ def rc_text(nonce: str, ctl_inside: str) -> str:
     return f"""\
 export TERM=dumb
 PS1=''; PS2=''; PS0=''; PROMPT_COMMAND=''
+export VIRTUAL_ENV_DISABLE_PROMPT=1  # `source venv/bin/activate` must not bring a prompt back
 unset HISTFILE; set +o history; set +H
 __t1_mark() {{ printf '\\n\\036T1-%s-%s-%s\\036\\n' '{nonce}' "$1" "$2"; }}
 __t1_run() {{ local __t1_n=$1; shift; . "{ctl_inside}/cmd.$__t1_n"; __t1_mark "C$__t1_n" "$?"; }}

@@ -17,10 +17,10 @@ is not ready, 2 no task found.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
+from t1.records import write_json_atomic
 from t1.tasks.load import check_task, find_tasks
 
 
@@ -73,6 +73,6 @@ def main(args: argparse.Namespace) -> int:
     n_ready = sum(r.ready for r in rows)
     print(f"{n_ready} of {len(rows)} loadable tasks ready offline", file=sys.stderr)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps([r.row() for r in rows], indent=1))
+        rows_out = [r.row() for r in rows]  # a list of rows, as readers expect
+        write_json_atomic(args.json, rows_out, schema_version=None, status=None)
     return 1 if bad or n_ready < len(rows) else 0

@@ -54,13 +54,21 @@ def build_task_env(task: Task, cache_dir: Path | None = None) -> Path | None:
 
 
 def task_spec(
-    task: Task, backend: str = "bwrap", cache_dir: Path | None = None, limits: Limits | None = None
+    task: Task,
+    backend: str = "bwrap",
+    cache_dir: Path | None = None,
+    limits: Limits | None = None,
+    network: str = "never",
 ) -> SandboxSpec:
     """The sandbox spec of a task: workdir, built environment (or image), resource limits.
 
-    The sandbox stays offline even when a task sets allow_internet: installers reach the
-    offline provision cache instead (t1 provision).
+    `network` is the config's sandbox.network: "never" keeps every sandbox offline, even when
+    a task sets allow_internet (installers reach the offline provision cache, t1 provision);
+    "task" gives a network to the tasks that set allow_internet. A `FROM python:X.Y` task gets
+    T1_IMAGE_PYTHON=X.Y, so `python` and `pip` resolve as in that image (README, the sandbox).
     """
+    if network not in ("never", "task"):
+        raise ValueError(f"sandbox.network must be never | task, got {network!r}")
     base = limits or Limits()
     limits = Limits(
         memory_mb=task.resources.memory_mb or base.memory_mb,
@@ -75,7 +83,17 @@ def task_spec(
         image = _apptainer_image(task)
     else:
         env_layer = build_task_env(task, cache_dir)
-    return SandboxSpec(workdir=task.workdir, env_layer=env_layer, image=image, limits=limits)
+    from t1.sandbox.needs import task_image_python
+
+    image_py = task_image_python(task) if backend == "bwrap" else None
+    return SandboxSpec(
+        workdir=task.workdir,
+        env_layer=env_layer,
+        image=image,
+        limits=limits,
+        network=network == "task" and task.resources.allow_internet,
+        env={"T1_IMAGE_PYTHON": image_py} if image_py else {},
+    )
 
 
 def _apptainer_image(task: Task) -> str | None:
@@ -92,10 +110,14 @@ def _apptainer_image(task: Task) -> str | None:
 
 
 def open_task_sandbox(
-    task: Task, backend: str = "bwrap", cache_dir: Path | None = None, limits: Limits | None = None
+    task: Task,
+    backend: str = "bwrap",
+    cache_dir: Path | None = None,
+    limits: Limits | None = None,
+    network: str = "never",
 ):
     """A started sandbox for `task` (use it with `with`); the tests and solution are not in it."""
-    return open_sandbox(task_spec(task, backend, cache_dir, limits), backend)
+    return open_sandbox(task_spec(task, backend, cache_dir, limits, network), backend)
 
 
 def run_solution(task: Task, sandbox) -> str | None:

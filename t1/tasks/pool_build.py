@@ -16,7 +16,9 @@ file: a pool for critic warm-up), and per task rank, id, path, score, category, 
 assertions, binary_only, noop_passed, noop_total; plus the removed duplicates. `assertions` is
 the count the oracle measured (`--validated`) when there is one; `noop_*` are what the task
 scores with no agent action (`--noop FILE`: `t1 oracle --agent noop --json` rows; null when
-not measured), which `reward.subtract_noop` subtracts (t1.reward).
+not measured), which `reward.subtract_noop` subtracts (t1.reward); `assertion_names` the
+names of the oracle's run (`--validated`; null without), against which t1.verifier checks
+every later report (other names or count: `tampered`).
 Exit 0 on success, 1 when no task survives, 2 on bad input.
 
 This is the builder, which needs the audit (t1.audit) and the synthesizer's MinHash
@@ -35,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from t1.records import write_json_atomic
 from t1.tasks.pool import MANIFEST, SCHEMA_VERSION
 
 
@@ -93,8 +96,16 @@ def build_pool(
     include_borderline: bool = False,
     validated: list[Path] = (),
     noop: list[Path] = (),
+    offline: bool = False,
+    provision_dir: Path | None = None,
+    network: str = "never",
 ) -> dict[str, Any]:
-    """Rank, deduplicate and materialize; returns the manifest (also written to out/)."""
+    """Rank, deduplicate and materialize; returns the manifest (also written to out/).
+
+    offline: leave out the tasks that cannot run offline with the provision cache at
+    `provision_dir` under sandbox.network `network` (t1.tasks.ready), before anything else
+    judges them: they are counted and listed in the manifest's `offline`, never scored.
+    """
     from t1.audit import difficulty_of
     from t1.synth.dedup import minhash, shingles, similarity, task_text
     from t1.tasks import check_task, find_tasks
@@ -107,10 +118,24 @@ def build_pool(
     oracle = _validated(list(validated))
     noops = _validated(list(noop))
     entries, skipped = [], {"rejected": 0, "borderline": 0, "oracle": 0, "invalid": 0}
+    not_ready, checked = [], 0
+    prov = None
+    if offline:
+        from t1.sandbox.provision import locate
+        from t1.tasks import load_task
+        from t1.tasks.ready import readiness
+
+        prov = locate(provision_dir)
     for d in dirs:
         if check_task(d):  # not a loadable task: never materialize it
             skipped["invalid"] += 1
             continue
+        if offline:
+            checked += 1
+            ready = readiness(load_task(d), prov, network)
+            if not ready.ready:
+                not_ready.append(ready)
+                continue
         v = oracle.get(d.name)
         if v is not None and (not v.get("resolved") or v.get("error")):
             skipped["oracle"] += 1
@@ -137,7 +162,7 @@ def build_pool(
                 "binary_only": bool(r["binary_only"]) if r else _static_binary(d),
                 "noop": None if n is None else (int(n["passed"]), int(n["total"])),
                 # the reference run's assertion names: t1.verifier marks other names `tampered`
-                "names": sorted(x["name"] for x in v["assertions"]) if v and v.get("assertions") else None,
+                "names": sorted(x["name"] for x in (v or {}).get("assertions") or []) or None,
                 "instruction": (r or {}).get("repaired_instruction")
                 if (r or {}).get("repaired")
                 else None,
@@ -213,7 +238,12 @@ def build_pool(
         "tasks": tasks,
         "removed_duplicates": removed,
     }
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    if offline:
+        from t1.tasks.ready import manifest_record
+
+        manifest["counts"]["not_ready_offline"] = len(not_ready)
+        manifest["offline"] = manifest_record(checked, not_ready, network)
+    write_json_atomic(tmp / MANIFEST, manifest)  # inside the directory renamed whole below
     if out.exists():
         out.rmdir()
     os.replace(tmp, out)
@@ -284,7 +314,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="t1 oracle --agent noop --json rows: each task's no-op score (repeatable)",
     )
-    parser.add_argument("--config", type=Path, help="campaign config (synth.dedup_threshold)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="campaign config (synth.dedup_threshold; sandbox.provision_dir and network)",
+    )
+    parser.add_argument(
+        "--no-offline-check",
+        dest="offline",
+        action="store_false",
+        help="keep tasks that cannot run offline (default: leave them out, counted and listed)",
+    )
+    parser.add_argument(
+        "--provision", type=Path, default=None, help="provision cache (default: the config's)"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -301,16 +344,25 @@ def main(args: argparse.Namespace) -> int:
             args.include_borderline,
             args.validated,
             args.noop,
+            offline=args.offline,
+            provision_dir=args.provision
+            or (
+                Path(cfg.sandbox.provision_dir).expanduser() if cfg.sandbox.provision_dir else None
+            ),
+            network=cfg.sandbox.network,
         )
     except (FileExistsError, ValueError) as e:
         print(f"t1 pool: {e}", file=sys.stderr)
         return 2
     c = m["counts"]
+    offline = f", {c['not_ready_offline']} not ready offline" if "not_ready_offline" in c else ""
     print(
         f"pool {args.out}: {c['kept']} tasks of {c['found']} ({c['duplicates_removed']} near-duplicates removed, "
         f"{c['rejected_by_audit']} rejected by the audit, {c['borderline_left_out']} borderline left out, "
         f"{c['failed_oracle']} unresolved by the oracle, {c['invalid']} not loadable, "
-        f"{c['unaudited']} unaudited); "
+        f"{c['unaudited']} unaudited{offline}); "
         f"binary outcomes only: {m['binary_outcomes']}"
     )
+    for r in m.get("offline", {}).get("not_ready", []):
+        print(f"  not ready offline: {r['task']}: {'; '.join(r['missing'])}")
     return 0 if c["kept"] else 1

@@ -76,10 +76,12 @@ def _marked(marker: str) -> list[int]:
 def _run_until(wf: Path, marker: str, when, what: str) -> str:
     """Start the campaign; SIGKILL its process group when `when(run_dir)` holds."""
     env = {**ENV, "T1_CRASH_ATTEMPT": marker}
-    proc = subprocess.Popen(
-        [str(BIN / "snakemake"), *CMD], cwd=wf, env=env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    out = wf / f"{marker}.out"
+    with open(out, "wb") as f:
+        proc = subprocess.Popen(
+            [str(BIN / "snakemake"), *CMD], cwd=wf, env=env, start_new_session=True,
+            stdout=f, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     run_dir = wf / "results" / RUN
     t0 = time.monotonic()
     while proc.poll() is None:
@@ -91,7 +93,10 @@ def _run_until(wf: Path, marker: str, when, what: str) -> str:
             assert not alive, f"{what}: processes of the killed attempt still alive: {alive}"
             return f"{what} at {time.monotonic() - t0:.1f} s"
         time.sleep(0.005)
-    raise AssertionError(f"the campaign ended (exit {proc.returncode}) before the kill: {what}")
+    raise AssertionError(
+        f"the campaign ended (exit {proc.returncode}) before the kill: {what}\n"
+        + out.read_text()[-6000:]
+    )
 
 
 def _in_sft(run: Path) -> bool:

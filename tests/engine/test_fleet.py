@@ -100,7 +100,9 @@ def _wait_healthy(urls: list[str], timeout_s: float = 90.0) -> None:
 
 
 def _pid_of(workdir: Path, name: str) -> int:
-    return json.loads((workdir / "children.json").read_text())["children"][name]["pid"]
+    """The supervisor's record of its child (WORKDIR/supervise.children.json)."""
+    (path,) = workdir.glob("*children.json")
+    return json.loads(path.read_text())["children"][name]["pid"]
 
 
 def _server_pid(watcher: int) -> int:
@@ -265,11 +267,20 @@ def test_weights_reach_every_replica_and_answers_carry_the_version(fleet_env, re
         )
         with urllib.request.urlopen(req, timeout=60) as r:
             assert json.loads(r.read())["success"] is True
-        stale = _fleet([urls[1]])
-        stale.version = "step-1"
-        with pytest.raises(StaleWeights, match="sampled with weights"):
+        stale = _fleet([urls[1], urls[0]])  # the rogue one first: it takes the first request
+        stale.version, stale.path = "step-1", str(root / "p1")  # as after update_weights
+        with pytest.raises(StaleWeights, match="sampled with weights 'rogue'"):
             stale.generate([GenerateRequest(_prompt(3), GREEDY)])
-        assert stale.stats.stale_weights == 1
+        assert stale.stats.stale_weights == 1 and not stale.replicas[0].up
+        # a trajectory that meets it is re-sampled on the other replica, never admitted stale
+        res = run_resampled(stale, lambda: _trajectory(stale, 6))
+        assert [t["ids"] for t in res["turns"]] == _reference(references[1], 6)
+        assert {t["by"][0] for t in res["turns"]} == {urls[0]}
+        deadline = time.monotonic() + 30  # the monitor reloads step-1 into it, then rejoins it
+        while not stale.replicas[0].up and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with urllib.request.urlopen(urls[1] + "/get_model_info", timeout=10) as r:
+            assert json.loads(r.read())["weight_version"] == "step-1"
         stale.close()
     finally:
         fleet.update_weights(str(root / "p0"), version="p0")
@@ -434,6 +445,26 @@ def test_a_hung_replica_is_declared_down_restarted_by_the_supervisor_and_resampl
         except ProcessLookupError:
             pass
         fleet.close()
+
+
+def test_make_engine_builds_a_fleet_only_over_sglang(tmp_path):
+    from t1.engine import make_engine
+
+    cfg = load_config(PRESET, {"fleet.urls": ["http://127.0.0.1:1", "http://127.0.0.1:2"]})
+    with pytest.raises(ValueError, match="fleet.urls has 2 URLs but fleet.replicas is 4"):
+        make_engine(cfg)
+    fleet = make_engine(load_config(PRESET, {"fleet.urls": [f"http://h{i}:1" for i in range(4)]}))
+    assert isinstance(fleet, Fleet) and len(fleet.replicas) == 4
+    fleet.close()
+    with pytest.raises(ValueError, match="a fleet is SGLang servers"):
+        make_engine(load_config(PRESET, {"engine.backend": "local"}), tmp_path)
+    env = os.environ.pop("SLURM_JOB_NODELIST", None)
+    try:
+        with pytest.raises(ValueError, match="not inside an allocation"):
+            make_engine(load_config(PRESET))
+    finally:
+        if env is not None:
+            os.environ["SLURM_JOB_NODELIST"] = env
 
 
 def test_fleet_refuses_bad_urls():

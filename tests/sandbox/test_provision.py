@@ -260,3 +260,21 @@ def test_other_images_have_no_python_alias_in_bwrap(tmp_path):
     with open_sandbox(SandboxSpec(provision=_bare_cache(tmp_path / "prov"))) as sb:
         r = sb.exec("command -v python || echo none; command -v python3")
         assert r.output.splitlines() == ["none", "/usr/bin/python3"]
+
+
+@pytest.mark.integration
+@needs_provision
+@needs_root
+def test_env_path_extends_the_image_path_in_a_build(tmp_path):
+    # TB2 Dockerfiles: `ENV PATH="/root/.local/bin:${PATH}"` then `RUN cp ...`; ${PATH} is the
+    # base image's PATH, so the build still finds cp (it failed with `cp: not found` before)
+    from t1.sandbox.envbuild import build_env
+
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(
+        'FROM python:3.12-slim\nENV PATH="/root/.local/bin:${PATH}"\n'
+        "RUN cp /etc/hostname /tmp/copied && python -c 'print(1)' && pip --version\n"
+    )
+    layer = build_env(ctx / "Dockerfile", ctx, tmp_path / "cache")
+    assert layer.env["PATH"].startswith("/root/.local/bin:") and ":/usr/bin:" in layer.env["PATH"]

@@ -178,3 +178,27 @@ def test_pool_excludes_a_not_ready_task_with_the_count_shown(tmp_path, capsys):
     )
     m = json.loads((tmp_path / "unchecked" / "manifest.json").read_text())
     assert sorted(t["id"] for t in m["tasks"]) == ["kv", "plain"] and "offline" not in m
+
+
+def test_sandbox_network_option_changes_the_task_sandbox(tmp_path):
+    import pytest
+
+    from t1.config import ConfigError, load_config
+    from t1.tasks.env import task_spec
+
+    opened = load_task(make_task(tmp_path, "open", allow_internet=True))
+    closed = load_task(make_task(tmp_path, "closed", allow_internet=False))
+    assert task_spec(opened, network="task").network is True
+    assert task_spec(opened, network="never").network is False  # the default
+    assert task_spec(opened).network is False
+    assert task_spec(closed, network="task").network is False
+    # FROM python:3.12-slim: python and pip resolve in the sandbox (tests/sandbox/test_provision.py)
+    assert task_spec(closed).env == {"T1_IMAGE_PYTHON": "3.12"}
+    with pytest.raises(ValueError, match="never | task"):
+        task_spec(opened, network="always")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("sandbox:\n  network: task\n")
+    assert load_config(cfg).sandbox.network == "task"
+    cfg.write_text("sandbox:\n  network: always\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: sandbox: network must be never \| task"):
+        load_config(cfg)

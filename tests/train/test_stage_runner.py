@@ -62,8 +62,9 @@ def world(tmp_path_factory):
         )
         save_trajectory(traj, tmp / "data" / "trajectories" / f"{i:04d}-t{i}")
     cfg = load_config(_config(tmp, 2))
-    policy = save_policy(build_policy(cfg.model, VOCAB, seed=0), tmp / "policy")
-    return {"tmp": tmp, "data": tmp / "data", "policy": policy}
+    policy = save_policy(build_policy(cfg.model, VOCAB, seed=0), tmp / "init" / "actor")
+    # sft starts from a policy dir; critic warm-up from a dir holding actor/ (an SFT output)
+    return {"tmp": tmp, "data": tmp / "data", "policy": policy, "init": tmp / "init"}
 
 
 def _args(cfg, inputs, source, out, max_steps=None):
@@ -93,8 +94,7 @@ def test_sft_keeps_campaign_keep_checkpoints(world, tmp_path, keep):
 def test_critic_warmup_stops_resumes_and_finishes(world, tmp_path):
     cfg_path = _config(tmp_path, 2)
     cfg = load_config(cfg_path)
-    sft_dir = tmp_path / "sft"
-    assert sft.run(cfg, _args(cfg_path, world["data"], world["policy"], sft_dir)) == 0
+    sft_dir = world["init"]
     out = tmp_path / "warm"
     stop = _Stop()
     stop.requested = True  # asked to stop before the first step: save and ask for a requeue

@@ -19,7 +19,7 @@ rule run_config:
 # Where the network is: the offline tool cache (what the tasks install, read from their
 # Dockerfiles, verifiers and solutions) and the task environments (bwrap layers or apptainer
 # images) are built here, on the submit host, before any compute job; compute jobs only read
-# those caches. No container: it needs the host's apt, bwrap and apptainer.
+# those caches.
 rule provision:
     input:
         cfg=pinned,
@@ -28,6 +28,8 @@ rule provision:
     log:
         f"{RESULTS}/{{run}}/logs/provision/attempt-{ATTEMPT}.log",
     localrule: True
+    container:
+        TRAINER_IMAGE
     params:
         dirs=" ".join(sorted(set(conf("tasks.train_dirs")) | set(conf("tasks.eval_dirs")))),
         backend=conf("sandbox.backend"),

@@ -53,8 +53,12 @@ def transformer_config(
     dispatcher: str | None = None,
     router_fusion: bool = False,
     sequence_parallel: bool | None = None,
+    recompute: bool = False,
 ):
-    """The megatron-core TransformerConfig equal to an HF Qwen3-MoE config."""
+    """The megatron-core TransformerConfig equal to an HF Qwen3-MoE config. `recompute`: full
+    activation recompute of every layer (`recompute_granularity="full"`, uniform, 1 layer per
+    checkpoint); the replayed routing is then reproduced in the recompute (replay.py).
+    Losses are per-token (`calculate_per_token_loss`): see dataparallel.py."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     check_arch(hf_config)
@@ -107,6 +111,11 @@ def transformer_config(
         gradient_accumulation_fusion=False,
         masked_softmax_fusion=False,
         sequence_parallel=sequence_parallel,
+        calculate_per_token_loss=True,
+        pipeline_dtype=dtype,
+        recompute_granularity="full" if recompute else None,
+        recompute_method="uniform" if recompute else None,
+        recompute_num_layers=1 if recompute else None,
         tensor_model_parallel_size=ps.get_tensor_model_parallel_world_size(),
         pipeline_model_parallel_size=ps.get_pipeline_model_parallel_world_size(),
         expert_model_parallel_size=ps.get_expert_model_parallel_world_size(),

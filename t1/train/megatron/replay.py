@@ -26,8 +26,14 @@ record is -1 (placeholders) take the live top-k (`PlaceholderReplay`).
 
 Per step: targets are set right before each forward and cleared (`clear_indices`, action
 cleared) right after its backward, so nothing carries from one minibatch or step to the next.
-Activation recompute is not enabled by this backend; under it REPLAY_FORWARD would still hold
-the same target for the recompute of the same minibatch.
+
+Activation recompute (`train.recompute: true`, model.transformer_config): megatron-core 0.16.1
+never switches the action itself; `set_target_indices` also queues the target on
+`replay_backward_list`, and REPLAY_BACKWARD pops one entry per recomputed forward. `to_backward`
+wraps the forward's output in an identity whose backward turns every router of the model to
+REPLAY_BACKWARD as back-propagation enters it, so each layer's recompute routes to the record
+it replayed in the forward (tests/megatron: the recompute's routers see the record, the queue
+is empty afterwards, the gradients equal those without recompute).
 """
 
 from __future__ import annotations
@@ -201,3 +207,29 @@ def keep_live(model: torch.nn.Module, on: bool) -> None:
         if r.router_replay is not None and hasattr(r.router_replay, "keep_live"):
             r.router_replay.keep_live = on
             r.router_replay.live_topk = None
+
+
+class _ToBackward(torch.autograd.Function):
+    """Identity; its backward switches the given RouterReplay instances to REPLAY_BACKWARD."""
+
+    @staticmethod
+    def forward(ctx, x, instances):
+        ctx.instances = instances
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        _, Action, _ = _replay_classes()
+        for rr in ctx.instances:
+            if rr.router_replay_action is not None:
+                rr.set_router_replay_action(Action.REPLAY_BACKWARD)
+        return grad, None
+
+
+def to_backward(model: torch.nn.Module, out: torch.Tensor) -> torch.Tensor:
+    """`out` unchanged; when back-propagation reaches it, the replaying routers of `model` turn
+    to REPLAY_BACKWARD (the recompute of activation checkpointing pops the queued record)."""
+    instances = [r.router_replay for r in routers(model) if r.router_replay is not None]
+    if not instances or not torch.is_grad_enabled():
+        return out
+    return _ToBackward.apply(out, instances)

@@ -12,11 +12,19 @@ included, loads after each step). The math is the hf backend's: the same token a
 t1.train.step, AdamW with the same groups, betas, decay and clipping, so one PPO step's loss and
 gradients agree with hf to fp32 rounding (tests/megatron/test_megatron_trainer.py).
 
-State (`state_dict`): actor and critic in HF names (so a checkpoint is readable by either
-backend), both optimizers, RNG, the shuffling generator, counters; the conversion is exact, so
-resume is bit-identical in deterministic mode. World size 1 only for training and checkpoints:
-data parallelism (and with it EP > 1, whose ranks are data-parallel for the dense weights) is
-not wired into the update; world size 2 is covered for the forward and for weight sharding.
+Parallelism: TP / EP / ETP from `parallel` (runtime.setup), DP = the rest of the world. Each
+model is wrapped in megatron-core's DistributedDataParallel (grad buffers; dense gradients
+all-reduced over the data-parallel group, expert gradients over the expert-data-parallel group)
+and every update ends in `finalize_model_grads` with the per-token loss normalization; each
+rank works on its share of the rows (dataparallel.py). Under `torchrun --nproc-per-node 2`
+(gloo, CPU) EP 2 / DP 2 steps give the world-size-1 weights to fp32 rounding
+(tests/megatron/test_megatron_parallel.py). Pipeline parallelism is refused (plan.py).
+
+State: at world size 1 `state_dict` holds actor and critic in HF names (readable by either
+backend), both optimizers, RNG, the shuffling generator, counters; at any world size
+`checkpoint.py` writes one file per rank (its shard, its optimizer state, its RNG) inside
+t1.ckpt's atomic protocol. The conversion is exact, so resume is bit-identical in deterministic
+mode.
 
 Co-residence: actor and critic live on the same devices; with `offload=True` the role not in
 use is moved (weights and optimizer state) to the CPU between calls (`Residency`), so each role
@@ -35,6 +43,7 @@ from t1.rng import capture_rng, restore_rng
 from t1.train.batch import Batch
 from t1.train.hf import adamw, shift_values, token_entropy, token_logp
 from t1.train.megatron import convert as C
+from t1.train.megatron import dataparallel as DP
 from t1.train.megatron import model as M
 from t1.train.megatron import replay as R
 from t1.train.megatron.runtime import Parallel, ranks, setup
@@ -102,26 +111,33 @@ class MegatronTrainer:
         router_fusion: bool = False,
         offload: bool = False,
         device: str | torch.device | None = None,
+        recompute: bool = False,
     ) -> None:
         self.par = setup(parallel or Parallel())
         import torch.distributed as dist
 
-        if dist.get_world_size() != 1:
+        if self.par.pp != 1:
             raise NotImplementedError(
-                f"MegatronTrainer trains at world size 1 only (got {dist.get_world_size()}): data "
-                "parallelism is not wired into the update yet"
+                "MegatronTrainer: pipeline_parallel > 1 has no schedule in this backend yet"
             )
+        self.world = dist.get_world_size()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.hf_actor, self.hf_critic = actor, critic
         ref = actor if actor is not None else critic
         self.hf_config = ref.config
         dtype = next(ref.parameters()).dtype
         tc = M.transformer_config(
-            self.hf_config, replay=replay, dtype=dtype, router_fusion=router_fusion
-        )
-        self.replay = replay
+            self.hf_config, replay=replay, dtype=dtype, router_fusion=router_fusion,
+            recompute=recompute,
+        )  # fmt: skip
+        self.replay, self.recompute = replay, recompute
         self.actor = self._build("actor", tc, actor) if actor is not None else None
         self.critic = self._build("critic", tc, critic) if critic is not None else None
+        self.ddp = {
+            kind: _ddp(getattr(self, kind))
+            for kind in ("actor", "critic")
+            if getattr(self, kind) is not None
+        }
         if self.actor is not None and replay:
             R.install(self.actor)
         self.max_grad_norm = max_grad_norm
@@ -161,12 +177,25 @@ class MegatronTrainer:
         C.load_local(model, local)
 
     def hf_state(self, kind: str) -> dict[str, torch.Tensor]:
-        """The role's weights in HF names (world size 1: the local state is the whole model)."""
+        """The role's weights in HF names; above world size 1 every rank's shard is gathered
+        (a collective: every rank calls it)."""
+        import torch.distributed as dist
+
         model = self.actor if kind == "actor" else self.critic
-        return {
-            k: v.clone()
-            for k, v in C.mcore_to_hf(C.local_state(model), self.hf_config, kind).items()
-        }
+        local = C.local_state(model)
+        if self.world > 1:
+            r = ranks()
+            me = C.Ranks(r["tp"], r["pp"], r["ep"], r["etp"])
+            parts = [None] * self.world
+            dist.all_gather_object(parts, (me, local))
+            c = self.hf_config
+            local = C.unshard(
+                dict(parts), self.sizes(), c.num_hidden_layers, c.num_experts, kind
+            )
+        return {k: v.clone() for k, v in C.mcore_to_hf(local, self.hf_config, kind).items()}
+
+    def sizes(self) -> C.Sizes:
+        return C.Sizes(self.par.tp, self.par.pp, self.par.ep, self.par.etp)
 
     # ------------------------------------------------------------------ forwards
 
@@ -184,16 +213,19 @@ class MegatronTrainer:
             return R.replaying(self.actor, batch.routing)
         return contextlib.nullcontext()
 
-    def _chunks(self, batch: Batch):
-        for i in range(0, batch.size, self.forward_rows):
-            yield list(range(i, min(i + self.forward_rows, batch.size)))
-
-    def _stitch(self, parts, batch: Batch) -> torch.Tensor:
-        out = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
-        for idx, x in parts:
-            out[idx[0] : idx[-1] + 1, : x.shape[1]] = x.float().cpu()
-        real = torch.arange(out.shape[1])[None, :] < batch.lengths.cpu()[:, None]
-        return out * real
+    def _rowwise(self, batch: Batch, fn, k: int = 1) -> list[torch.Tensor]:
+        """fn(minibatch) -> k [b, t] tensors, run over this DP rank's rows in chunks of
+        `forward_rows`; returns the whole batch's k [B, T] tensors (zero past each row's end)
+        on every rank."""
+        local = DP.local_rows(batch)
+        outs = [torch.zeros(local.input_ids.shape, dtype=torch.float32) for _ in range(k)]
+        for i in range(0, local.size, self.forward_rows):
+            idx = list(range(i, min(i + self.forward_rows, local.size)))
+            mb = DP.take(local, idx, trim=self.world == 1).to(self.device)
+            for out, x in zip(outs, fn(mb)):
+                out[idx[0] : idx[-1] + 1, : x.shape[1]] = x.float().cpu()
+        real = torch.arange(batch.input_ids.shape[1])[None, :] < batch.lengths.cpu()[:, None]
+        return [DP.gather_rows(out, batch.size) * real for out in outs]
 
     def _actor_logits(self, batch: Batch) -> torch.Tensor:
         with self._replay(batch):
@@ -203,25 +235,25 @@ class MegatronTrainer:
         self._note("actor.forward")
         self._use("actor")
         self.actor.eval()
-        logps, ents = [], []
-        check = self.routing_check = (
+        check = (
             None
             if batch.routing is None
             else {"positions": 0, "live_mismatch": 0, "replay_mismatch": 0}
         )
+
+        def fn(mb):
+            logits = self._actor_logits(mb) if check is None else self._checked_logits(mb, check)
+            logp = token_logp(logits, mb.input_ids)
+            return [logp, token_entropy(logits) if entropy else torch.zeros_like(logp)]
+
         with torch.no_grad():
-            for idx in self._chunks(batch):
-                mb = batch.select(idx).to(self.device)
-                if check is None:
-                    logits = self._actor_logits(mb)
-                else:
-                    logits = self._checked_logits(mb, check)
-                logps.append((idx, token_logp(logits, mb.input_ids)))
-                if entropy:
-                    ents.append((idx, token_entropy(logits)))
-        return ActorOutput(
-            self._stitch(logps, batch), self._stitch(ents, batch) if entropy else None
-        )
+            logp, ent = self._rowwise(batch, fn, 2)
+        if check is not None and self.world > 1:  # every DP rank's rows
+            keys = sorted(check)
+            tot = DP.all_sum(torch.tensor([check[k] for k in keys], dtype=torch.long))
+            check = {k: int(v) for k, v in zip(keys, tot)}
+        self.routing_check = check
+        return ActorOutput(logp, ent if entropy else None)
 
     def _checked_logits(self, mb: Batch, check: dict[str, int]) -> torch.Tensor:
         """The actor's logits, counting the routing check (t1.train.hf) on the way: the
@@ -251,41 +283,46 @@ class MegatronTrainer:
         self._use("critic")
         self.critic.eval()
         with torch.no_grad():
-            parts = [
-                (
-                    idx,
-                    shift_values(
-                        M.forward(self.critic, batch.select(idx).to(self.device).input_ids)[
-                            ..., 0
-                        ].float()
-                    ),
-                )
-                for idx in self._chunks(batch)
-            ]
-        return self._stitch(parts, batch)
+            (values,) = self._rowwise(
+                batch,
+                lambda mb: [shift_values(M.forward(self.critic, mb.input_ids)[..., 0].float())],
+            )
+        return values
 
     # ------------------------------------------------------------------ updates
 
-    def _step(self, model, opt, loss) -> float:
-        opt.zero_grad(set_to_none=True)
+    def _step(self, kind: str, loss, metrics) -> dict[str, float]:
+        """Backward of the minibatch loss, megatron-core's gradient reduction (summed over DP:
+        each rank back-propagated its own rows, dataparallel.py), global-norm clipping, AdamW."""
+        from megatron.core.distributed import finalize_model_grads
+
+        model, opt, ddp = getattr(self, kind), getattr(self, f"{kind}_opt"), self.ddp[kind]
         loss.backward()
-        params = [p for p in model.parameters() if p.grad is not None]
-        if self.max_grad_norm > 0:
-            norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-        else:
-            norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))
+        finalize_model_grads([ddp])
+        params = [p for p in model.parameters() if p.requires_grad]
+        for p in params:
+            p.grad = p.main_grad
+        norm = DP.clip_grads(params, self.max_grad_norm)
         opt.step()
-        return float(norm)
+        return dict(metrics, grad_norm=norm)
+
+    def _zero(self, kind: str) -> None:
+        self.ddp[kind].zero_grad_buffer()
+        for p in getattr(self, kind).parameters():
+            p.grad = None
 
     def actor_update(self, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
         self._note("actor.update")
         self._use("actor")
         self.actor.train()
+        self._zero("actor")
         batch = batch.to(self.device)
-        with self._replay(batch):  # targets live through backward, cleared right after
-            logp = token_logp(M.forward(self.actor, batch.input_ids), batch.input_ids)
+        mb = DP.local_rows(batch)
+        with self._replay(mb):  # targets live through backward, cleared right after
+            logits = R.to_backward(self.actor, M.forward(self.actor, mb.input_ids))
+            logp = DP.with_peers(token_logp(logits, mb.input_ids), batch.size)
             loss, metrics = loss_fn(logp, batch)
-            metrics = dict(metrics, grad_norm=self._step(self.actor, self.actor_opt, loss))
+            metrics = self._step("actor", loss, metrics)
         self.counters["actor_updates"] += 1
         return metrics
 
@@ -293,10 +330,12 @@ class MegatronTrainer:
         self._note("critic.update")
         self._use("critic")
         self.critic.train()
+        self._zero("critic")
         batch = batch.to(self.device)
-        values = shift_values(M.forward(self.critic, batch.input_ids)[..., 0].float())
-        loss, metrics = loss_fn(values, batch)
-        metrics = dict(metrics, grad_norm=self._step(self.critic, self.critic_opt, loss))
+        mb = DP.local_rows(batch)
+        values = shift_values(M.forward(self.critic, mb.input_ids)[..., 0].float())
+        loss, metrics = loss_fn(DP.with_peers(values, batch.size), batch)
+        metrics = self._step("critic", loss, metrics)
         self.counters["critic_updates"] += 1
         return metrics
 
@@ -306,6 +345,13 @@ class MegatronTrainer:
     # ------------------------------------------------------------------ state
 
     def state_dict(self) -> dict[str, Any]:
+        """The whole trainer state (world size 1; above it use checkpoint.save)."""
+        if self.world > 1:
+            raise NotImplementedError(
+                f"MegatronTrainer.state_dict at world size {self.world}: each rank holds a "
+                "shard; use t1.train.megatron.checkpoint.save/load (one file per rank)"
+            )
+
         def sd(x):
             return None if x is None else x.state_dict()
 
@@ -321,6 +367,10 @@ class MegatronTrainer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.world > 1:
+            raise NotImplementedError(
+                "MegatronTrainer.load_state_dict above world size 1: use checkpoint.load"
+            )
         if state.get("schema_version") != SCHEMA_VERSION or state.get("backend") != "megatron":
             raise ValueError(
                 f"trainer state: backend {state.get('backend', 'hf')!r} schema "
@@ -342,10 +392,24 @@ class MegatronTrainer:
         """DIR/actor and DIR/critic in HF format (the hf backend's directories), each atomic."""
         from t1.policy import save_policy
 
+        import torch.distributed as dist
+
         out_dir = Path(out_dir)
+        write = dist.get_rank() == 0  # every rank gathers (collective); rank 0 writes
         if actor and self.actor is not None:
             self.hf_actor.load_state_dict(self.hf_state("actor"))
-            save_policy(self.hf_actor, out_dir / "actor")
+            if write:
+                save_policy(self.hf_actor, out_dir / "actor")
         if critic and self.critic is not None:
             self.hf_critic.load_state_dict(self.hf_state("critic"))
-            self.hf_critic.save_pretrained(out_dir / "critic")
+            if write:
+                self.hf_critic.save_pretrained(out_dir / "critic")
+
+
+def _ddp(model: torch.nn.Module):
+    """megatron-core's DistributedDataParallel around `model` (fp32 grad buffers, no overlap,
+    no distributed optimizer): the gradient reduction of this backend at every world size."""
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+
+    cfg = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False)
+    return DistributedDataParallel(config=model.config, ddp_config=cfg, module=model)
