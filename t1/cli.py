@@ -15,7 +15,7 @@ import sys
 
 # name -> (module, one-line help). Keep sorted by pipeline stage.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run-config": ("t1.campaign", "derive, validate and pin a run's config (results/<run>/config.yaml)"),
+    "run-config": ("t1.campaign", "derive, validate and pin a run's config (RESULTS/<run>)"),
     "tasks": ("t1.tasks.cli", "check task directories (v1 task.yaml / v2 task.toml layouts)"),
     "sandbox": ("t1.sandbox.cli", "run one command in a fresh sandbox"),
     "provision": ("t1.sandbox.provision", "build the offline tool cache (wheels, uv, debs) for sandboxes"),

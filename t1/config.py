@@ -215,6 +215,7 @@ class TrainConfig:
     expert_tensor_parallel: int = 1  # megatron: ETP
     router_fusion: bool = False  # megatron: fused top-k (TE); refused with ppo.replay
     offload: bool = False  # megatron: move the role not in use (weights + Adam) to the CPU
+    recompute: bool = False  # megatron: full activation recompute; R³ replayed in the recompute
 
 
 @dataclass(frozen=True)

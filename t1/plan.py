@@ -70,7 +70,9 @@ def split_allocation(cfg, hosts: list[str]) -> dict[str, Any]:
     per = nodes_per_replica(cfg)
     if f.colocate:
         if per != 1:
-            raise ValueError(f"fleet.colocate needs one node per replica; fleet.tp {f.tp} needs {per}")
+            raise ValueError(
+                f"fleet.colocate needs one node per replica; fleet.tp {f.tp} needs {per}"
+            )
         if not hosts:
             raise ValueError("the allocation has no nodes")
         replicas = [
@@ -275,7 +277,7 @@ def segment_plan(args: argparse.Namespace) -> dict[str, Any]:
     sbatch += [f"--time={c.segment_minutes}", "--requeue"]
     sbatch += ["--wrap", shlex.join([*supervise, "--", *segment])]
     memory_gib = {r: lay["breakdown"][r]["total"] for r in ("actor", "critic")}
-    if cfg.fleet.replicas:
+    if cfg.fleet.replicas and cfg.fleet.server == "sglang":  # t1 serve: the CPU, no GPU share
         memory_gib["sglang replica"] = replica_memory(cfg)
     world = lay["layout"]["world"]
     notes = []

@@ -41,6 +41,9 @@ pid, start time, command line) are killed; every child dies with the driver
 actor and warm critic) are checked against the hashes the first segment recorded in
 RUN/manifest.json (t1.pinning): a changed input stops the segment naming it.
 
+Inside a Slurm allocation with `fleet.replicas` > 0 (and no fixed `fleet.urls`) the rollout
+replicas and each `t1 train` run as job steps of the allocation: t1/segment_fleet.py.
+
 Under `t1 supervise`: child output counts as a heartbeat (the trainer may also call
 `t1.supervise.heartbeat()`); on SIGUSR2/SIGTERM a running `t1 train` gets SIGUSR2 (it
 checkpoints and exits 75), a running rollout is stopped (it is redone), and the driver exits 75.

@@ -50,6 +50,7 @@ from t1 import plan
 from t1.engine import launch
 from t1.lock import die_with_parent
 from t1.records import write_json_atomic
+from t1.supervise.child import HEARTBEAT_ENV, heartbeat
 
 SCHEMA_VERSION = 1
 STOP_GRACE_S = 30.0
@@ -127,9 +128,12 @@ class ReplicaSteps:
     def _spawn(self, index: int) -> None:
         line = self.lines[index]
         print(f"$ {' '.join(line)}  > {self.log(index)}", flush=True)
+        # a healthy server must not keep the segment's own heartbeat fresh (a hung trainer would
+        # go unnoticed by `t1 supervise`): the watcher gets no heartbeat file
+        env = {k: v for k, v in os.environ.items() if k != HEARTBEAT_ENV}
         with open(self.log(index), "ab") as out:
             proc = subprocess.Popen(  # srun dies with the driver (t1.lock), the step with the job
-                line, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+                line, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent, env=env
             )
         with self._lock:
             self.procs[index] = proc
@@ -177,6 +181,7 @@ class ReplicaSteps:
                     + self.tail(first)
                 )
             if pending:
+                heartbeat()  # waiting for a server is progress to `t1 supervise`
                 time.sleep(0.5)
         return time.monotonic() - t0
 

@@ -53,7 +53,8 @@ plugins or a replaced pytest in any site dir; the stdlib edited; conftest.py / p
 pyproject.toml / setup.cfg / tox.ini in every parent dir; fake uv/uvx/pytest/python3/curl
 earlier on PATH, in /usr/local/bin and ~/.local/bin, /usr/bin/python3 or /usr/bin/bash
 replaced; PYTHON*/PYTEST_*/BASH_ENV in /etc/environment, profile.d, bashrc; /etc/ld.so.preload;
-poisoned uv/pip config and caches; a "service" (listener) that keeps rewriting.
+poisoned uv/pip config and caches; a "service" (listener) that keeps rewriting; a program
+the tests run that interrupts pytest (the tests it never reported count as failed).
 
 Not defended (and why):
 * Tests that import the agent's code, or run the agent's programs and trust their output, run
@@ -64,6 +65,9 @@ Not defended (and why):
   agent's /usr: a planted `cat` or `grep` can make such a script write 1. Only pytest
   verifiers get per-assertion outcomes from our harness; pools of binary verifiers are for
   critic warm-up, and their tasks get the names check (one "reward" assertion) only.
+* A program the tests run shares the harness's pid namespace and uid: it can SIGKILL pytest.
+  The result is then an error (no end line), and an error is never rewarded; it cannot
+  forge outcomes (no ptrace, no /proc/PID/fd: the runner is non-dumpable, no capabilities).
 * Services (listening processes) keep running while the tests run and may change the
   agent's files meanwhile; they cannot reach the tests, the report or the harness.
 * Data files the host's libc reads from the agent's /etc (locale, hosts, ssl config is
@@ -366,13 +370,21 @@ def harness_env(task: Task, base_env: dict[str, str] | None) -> dict[str, str]:
 
 
 def merge_records(records: list[dict]) -> tuple[list[Assertion], str | None]:
-    """Assertions from the harness's channel records; (…, problem) when there is no end line."""
+    """Assertions from the harness's channel records; (…, problem) when there is no end line.
+
+    A collected test without an outcome (the run was interrupted) counts as failed, so an
+    interrupted run never reports fewer assertions than the task has.
+    """
     merged: dict[str, str] = {}
+    collected: list[str] = []
     end = None
     for rec in records:
         if rec.get("end"):
             end = rec
             break
+        if isinstance(rec.get("collected"), list):
+            collected += [_nodeid_name(str(n)) for n in rec["collected"]]
+            continue
         name, outcome = rec.get("name"), rec.get("outcome")
         if not isinstance(name, str) or outcome not in OUTCOMES:
             return [], f"malformed harness record {rec!r}"
@@ -380,11 +392,12 @@ def merge_records(records: list[dict]) -> tuple[list[Assertion], str | None]:
         prev = merged.get(name)  # a teardown error fails a test whose call passed
         if prev is None or (prev in PASSING and outcome not in PASSING):
             merged[name] = outcome
+    for name in collected:
+        merged.setdefault(name, "failed")
+    out = [Assertion(n, o) for n, o in merged.items()]
     if end is None:
-        return [
-            Assertion(n, o) for n, o in merged.items()
-        ], "the harness ended without its end record (killed, or pytest crashed)"
-    return [Assertion(n, o) for n, o in merged.items()], None
+        return out, "the harness ended without its end record (killed, or pytest crashed)"
+    return out, None
 
 
 def _score_hardened(task: Task, sandbox, timeout: float | None) -> VerifierResult:

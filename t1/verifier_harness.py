@@ -20,6 +20,7 @@ gets it; the process makes itself non-dumpable, so another process of the same u
 neither ptrace it nor open /proc/PID/fd/N (both would need CAP_SYS_PTRACE, which the
 compartment does not have). One JSON line per test outcome as pytest decides it:
 
+    {"collected": ["test_outputs.py::TestX::test_y[1]", ...]}
     {"name": "test_outputs.py::TestX::test_y[1]", "when": "call", "outcome": "passed"}
     {"end": true, "exitstatus": 0, "collected": 12}
 
@@ -54,8 +55,11 @@ class Reporter:
         while data:
             data = data[os.write(self.fd, data) :]
 
-    def pytest_collection_modifyitems(self, session, config, items) -> None:  # noqa: ARG002
-        self.collected = len(items)
+    def pytest_collection_finish(self, session) -> None:
+        """Every test that will run, by name: one never reported (the run was interrupted,
+        e.g. by SIGINT from a process a test started) counts as failed, never as absent."""
+        self.collected = len(session.items)
+        self._send({"collected": [item.nodeid for item in session.items]})
 
     def pytest_collectreport(self, report) -> None:
         if report.failed:

@@ -97,8 +97,11 @@ def test_a_replica_step_that_keeps_exiting_is_restarted_then_stops_the_segment(
     tmp_path, monkeypatch
 ):
     cfg, path = fleet_cfg(tmp_path)
+    # the segment's heartbeat is not the replica's: a healthy server must not keep it fresh
+    monkeypatch.setenv("T1_HEARTBEAT_FILE", str(tmp_path / "beat"))
     steps = ReplicaSteps(cfg, path, tmp_path / "iter", ["localhost"])
-    steps.lines = {0: [sys.executable, "-c", "print('replica boom'); raise SystemExit(4)"]}
+    code = "import os; print('replica boom', os.environ.get('T1_HEARTBEAT_FILE')); exit(4)"
+    steps.lines = {0: [sys.executable, "-c", code]}
     steps.spawn_lines()
     try:
         with pytest.raises(FleetStepError) as e:
@@ -107,7 +110,7 @@ def test_a_replica_step_that_keeps_exiting_is_restarted_then_stops_the_segment(
         steps.stop()
     msg = str(e.value)
     assert "replica 0 step exited 3 times (last rc 4)" in msg and "replica0.log" in msg, msg
-    assert "replica boom" in msg  # the log's tail
+    assert "replica boom None" in msg  # the log's tail; no heartbeat file for the replica
     started = [ev for ev in steps.events if ev["event"] == "started"]
     assert len(started) == segment_fleet.MAX_RESTARTS + 1
 

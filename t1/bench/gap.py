@@ -142,7 +142,7 @@ def replay_check(
         if seg.routing is None:
             continue
         lp_r, live, used = forward_logp(policy, seg.ids, seg.routing if replay else None)
-        lp_l, _, _ = forward_logp(policy, seg.ids)
+        lp_l = forward_logp(policy, seg.ids)[0] if replay else lp_r
         n_live, n = rt.mismatch(live, seg.routing)
         out["segments"] += 1
         out["positions"] += n
@@ -308,12 +308,16 @@ def measure(policy: torch.nn.Module, trajs: Sequence[Trajectory], tokenizer) -> 
             "replay_mismatch": bc["replay_mismatch"],
         },
         "routed_positions": bc["positions"],
-        "guards": guard_checks(policy, [t for t in used if t.turns], segments, tokenizer),
+        "guards": guard_checks(policy, [t for t in used if t.turns], segments, tokenizer, bc),
     }
 
 
 def guard_checks(
-    policy: torch.nn.Module, trajs: Sequence[Trajectory], segments: Sequence[Segment], tokenizer
+    policy: torch.nn.Module,
+    trajs: Sequence[Trajectory],
+    segments: Sequence[Segment],
+    tokenizer,
+    on: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The replay and drift checks on the same rollouts with their guard on and off.
 
@@ -325,7 +329,7 @@ def guard_checks(
     from t1.tito import Audit, audit_outputs
     from t1.trajectory import Turn
 
-    on = replay_check(policy, segments)
+    on = on or replay_check(policy, segments)
     off = replay_check(policy, segments, replay=False)
     drift = {"loss_tokens": 0, "on": 0, "off": 0, "off_old_check": 0, "turns_retokenized": 0}
     for traj in trajs:

@@ -46,7 +46,9 @@ class StageDir:
         """keep: complete checkpoints kept (`campaign.keep_checkpoints`, >= 2: the newest may
         prove corrupt); needed only to save, a StageDir opened to read has none."""
         if keep is not None and keep < 2:
-            raise ValueError(f"{out}: keep={keep} checkpoints; must be >= 2 (campaign.keep_checkpoints)")
+            raise ValueError(
+                f"{out}: keep={keep} checkpoints; must be >= 2 (campaign.keep_checkpoints)"
+            )
         self.path = Path(out)
         self.stage = stage
         self.keep = keep
@@ -93,7 +95,9 @@ class StageDir:
     def save(self, trainer: HFTrainer, progress: dict[str, Any], complete: bool = False) -> None:
         """One atomic checkpoint OUT/ckpt/step_N (N = progress["step"]); keeps the newest K."""
         if self.keep is None:
-            raise ValueError(f"{self.path}: StageDir(..., keep=cfg.campaign.keep_checkpoints) to save")
+            raise ValueError(
+                f"{self.path}: StageDir(..., keep=cfg.campaign.keep_checkpoints) to save"
+            )
         if self._manager is None:
             self._manager = CheckpointManager(
                 self.ckpt_root, keep=self.keep, incidents=self.incidents

@@ -1,4 +1,5 @@
-"""One rank of the world-size-2 checks (run by test_megatron_dist.py under torchrun, gloo):
+"""One rank of the world-size-2 forward checks (train_worker.py calls `guarded_forward_check`
+for EP 2 and TP 2 in its torchrun run; standalone, gloo):
 
     torchrun --nproc-per-node 2 tests/megatron/dist_worker.py --tp 2 --ep 1 --out R.json
 
@@ -23,16 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 warnings.filterwarnings("ignore")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tp", type=int, default=1)
-    ap.add_argument("--ep", type=int, default=1)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    import cpu_shim
-
-    cpu_shim.install()
-    torch.set_num_threads(1)
+def forward_check(tp: int, ep: int) -> dict:
+    """The checks above for one layout (every rank calls it); the result dict on every rank."""
     import torch.distributed as dist
     from megatron_helpers import MODEL, VOCAB, make_models, make_rows
 
@@ -43,7 +36,7 @@ def main() -> None:
     from t1.train.megatron import replay as R
     from t1.train.megatron.runtime import Parallel, ranks, setup
 
-    par = setup(Parallel(tp=a.tp, ep=a.ep))
+    par = setup(Parallel(tp=tp, ep=ep))
     actor, _ = make_models()
     tc = M.transformer_config(actor.config, replay=True)
     mc = M.build_actor(tc, actor.config)
@@ -72,20 +65,42 @@ def main() -> None:
     dist.all_gather_object(gathered, (me, C.local_state(mc)))
     back = C.unshard(dict(gathered), sizes, MODEL.layers, MODEL.experts)
     exact = set(back) == set(full) and all(torch.equal(back[k], full[k]) for k in full)
+    return {
+        "ran": True,
+        "tp": par.tp,
+        "ep": par.ep,
+        "logits_max_err": float(live_err),
+        "replayed_logits_max_err": float((want - got).abs().max()),
+        "replay_agreement": float(agree),
+        "unshard_exact": bool(exact),
+        "vocab": VOCAB,
+    }
+
+
+def guarded_forward_check(tp: int, ep: int) -> dict:
+    """`forward_check`, or {"ran": False, "error": ...} when megatron-core refuses the layout
+    (the error is raised the same way on every rank, before any collective)."""
+    try:
+        return forward_check(tp, ep)
+    except Exception as e:  # noqa: BLE001 - the measured reason is the result
+        return {"ran": False, "tp": tp, "ep": ep, "error": f"{type(e).__name__}: {e}"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--ep", type=int, default=1)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    import cpu_shim
+
+    cpu_shim.install()
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+
+    res = guarded_forward_check(a.tp, a.ep)
     if dist.get_rank() == 0:
-        Path(a.out).write_text(
-            json.dumps(
-                {
-                    "tp": par.tp,
-                    "ep": par.ep,
-                    "logits_max_err": float(live_err),
-                    "replayed_logits_max_err": float((want - got).abs().max()),
-                    "replay_agreement": float(agree),
-                    "unshard_exact": bool(exact),
-                    "vocab": VOCAB,
-                }
-            )
-        )
+        Path(a.out).write_text(json.dumps(res))
     dist.barrier()
     dist.destroy_process_group()
 

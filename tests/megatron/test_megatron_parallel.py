@@ -2,7 +2,8 @@
 
     pytest tests/megatron/test_megatron_parallel.py -q
 
-One `torchrun --nproc-per-node 2` run (gloo, CPU; train_worker.py) does a PPO step at EP 2 /
+One `torchrun --nproc-per-node 2` run (gloo, CPU; train_worker.py, the `ws2` fixture of
+conftest.py) does a PPO step at EP 2 /
 DP 2 and at EP 1 / DP 2, a checkpoint + resume at EP 2, and the EP 2 step with megatron-core's
 gradient reduction switched off; the tests compare those with a world-size-1 run here.
 Recompute runs at world size 1 in this process.
@@ -11,10 +12,6 @@ Recompute runs at world size 1 in this process.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,28 +23,9 @@ from t1.ppo.losses import policy_loss
 from t1.train.batch import collate
 from t1.train.step import ppo_step
 
-HERE = Path(__file__).parent
 LR = dict(actor_lr=1e-3, critic_lr=1e-3, seed=0)
 FORWARD_KEYS = ("gap", "explained_variance", "entropy")
 ROUTING_KEYS = ("routing_positions", "routing_live_mismatch", "routing_replay_mismatch")
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def ws2(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ws2")
-    torchrun = Path(sys.executable).with_name("torchrun")
-    cmd = [str(torchrun), "--nproc-per-node", "2", "--master-port", str(_port()),
-           str(HERE / "train_worker.py"), "--out", str(out)]  # fmt: skip
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env)
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -194,8 +172,9 @@ def _update_with_spies(recompute: bool, live_recompute: bool = False):
     for i in range(len(seen.maps[0])):  # forward, then (with recompute) the recompute
         maps = [m[i] for m in seen.maps]
         ids = [torch.arange(m.shape[1]).expand_as(m)[m].reshape(m.shape[0], -1) for m in maps]
-        used = torch.stack([x.reshape(-1, rec.shape[0], rec.shape[-1]).transpose(0, 1)
-                            for x in ids], 2)  # fmt: skip
+        used = torch.stack(
+            [x.reshape(-1, rec.shape[0], rec.shape[-1]).transpose(0, 1) for x in ids], 2
+        )
         real = (rec >= 0).all(-1)
         per_forward.append(float((used == rec.sort(-1).values).all(-1)[real].float().mean()))
     return grads, actions, per_forward
@@ -218,3 +197,17 @@ def test_recompute_without_backward_replay_routes_live_and_changes_the_gradients
     err = max((g0[k] - g2[k]).abs().max().item() for k in g0)
     scale = max(g.abs().max().item() for g in g0.values())
     assert err > 0.01 * scale, (err, scale)
+
+
+def test_train_recompute_reaches_the_memory_plan_and_the_trainer():
+    from t1.config import Config, TrainConfig, load_config
+    from t1.train.megatron.plan import build, plan_for
+
+    tiny = load_config("workflow/config/tiny.yaml")
+    cfg = {
+        rc: Config(**{**tiny.__dict__, "train": TrainConfig(backend="megatron", recompute=rc)})
+        for rc in (False, True)
+    }
+    assert plan_for(cfg[True])["actor_gib"] < plan_for(cfg[False])["actor_gib"]
+    tr = build(cfg[True], *make_models(0))
+    assert tr.recompute and tr.actor.config.recompute_granularity == "full"

@@ -2,6 +2,8 @@
 
     torchrun --nproc-per-node 2 tests/megatron/train_worker.py --out DIR
 
+0. The forward checks of dist_worker.py at EP 2 and at TP 2 (DIR/forward_ep2.json,
+   DIR/forward_tp2.json; TP 2 records megatron-core's refusal on the CPU).
 1. EP 2 (DP 2 for the dense weights, expert-DP 1): one PPO step (t1.train.step.ppo_step) of
    MegatronTrainer on the tests' batch; rank 0 saves the metrics and the HF weights gathered
    from both ranks (DIR/ep2.pt), which the test compares with a world-size-1 run.
@@ -63,6 +65,13 @@ def main() -> None:
     from t1.train.megatron.trainer import MegatronTrainer
 
     rank0 = lambda: dist.get_rank() == 0  # noqa: E731
+    from dist_worker import guarded_forward_check
+
+    for tp, ep in ((1, 2), (2, 1)):
+        res = guarded_forward_check(tp, ep)
+        if rank0():
+            (out / f"forward_{'tp2' if tp == 2 else 'ep2'}.json").write_text(json.dumps(res))
+        dist.barrier()
     batch = collate(make_rows(make_models(0)[0]))
 
     # 1. EP 2, one step
@@ -82,8 +91,14 @@ def main() -> None:
     files = sorted(p.name for p in got.path.iterdir())
     if rank0():
         (out / "resume.json").write_text(
-            json.dumps({"weights_equal": same_w, "metrics_equal": same_m, "files": files,
-                        "policy_loss": [m2["policy_loss"], m3["policy_loss"]]})  # fmt: skip
+            json.dumps(
+                {
+                    "weights_equal": same_w,
+                    "metrics_equal": same_m,
+                    "files": files,
+                    "policy_loss": [m2["policy_loss"], m3["policy_loss"]],
+                }
+            )
         )
 
     # 3. DP 2 with replicated experts
@@ -144,22 +159,34 @@ def pipeline_probe(batch) -> dict:
 
     try:
         get_forward_backward_func()(
-            forward_step_func=step, data_iterator=iter([ids[:1], ids[1:]]), model=[mc],
-            num_microbatches=2, seq_length=t, micro_batch_size=1, forward_only=False,
-        )  # fmt: skip
+            forward_step_func=step,
+            data_iterator=iter([ids[:1], ids[1:]]),
+            model=[mc],
+            num_microbatches=2,
+            seq_length=t,
+            micro_batch_size=1,
+            forward_only=False,
+        )
     except Exception as e:  # noqa: BLE001 - the measured reason is the result
-        return {"ran": False, "error": f"{type(e).__name__}: {e}",
-                "where": traceback.format_exc()[-1500:]}  # fmt: skip
+        return {
+            "ran": False,
+            "error": f"{type(e).__name__}: {e}",
+            "where": traceback.format_exc()[-1500:],
+        }
     grads = {k: p.grad for k, p in mc.named_parameters() if p.grad is not None}
     parts = [None] * dist.get_world_size()
     dist.all_gather_object(parts, (me, grads))
-    got = C.mcore_to_hf(C.unshard(dict(parts), C.Sizes(pp=2), MODEL.layers, MODEL.experts),
-                        actor.config, "actor")  # fmt: skip
+    got = C.mcore_to_hf(
+        C.unshard(dict(parts), C.Sizes(pp=2), MODEL.layers, MODEL.experts), actor.config, "actor"
+    )
     (-token_logp(actor(input_ids=ids, use_cache=False).logits, ids).sum()).backward()
     want = {k: p.grad for k, p in actor.named_parameters()}
     err = max((got[k] - want[k]).abs().max().item() for k in want)
-    return {"ran": True, "grad_max_err": err,
-            "grad_max": max(g.abs().max().item() for g in want.values())}  # fmt: skip
+    return {
+        "ran": True,
+        "grad_max_err": err,
+        "grad_max": max(g.abs().max().item() for g in want.values()),
+    }
 
 
 if __name__ == "__main__":

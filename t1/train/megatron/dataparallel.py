@@ -63,8 +63,9 @@ def take(batch: Batch, rows: list[int], pad_to: int | None = None, trim: bool = 
             return None
         got = x[idx]
         if extra:
-            got = torch.cat([got, torch.full((extra, *x.shape[1:]), fill, dtype=x.dtype,
-                                             device=x.device)])  # fmt: skip
+            got = torch.cat(
+                [got, torch.full((extra, *x.shape[1:]), fill, dtype=x.dtype, device=x.device)]
+            )
         return got
 
     return Batch(

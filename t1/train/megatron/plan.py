@@ -8,8 +8,9 @@
 the tokenizer's vocabulary, agent.context_tokens, ppo.minibatch) for the chosen backend:
 * hf: one process holds everything (fp32 weights, grads, Adam). If the actor or the critic
   needs more than `train.gpu_budget_gib`, refuse: such a model needs train.backend megatron.
-* megatron: the layout of train.* (TP, PP, EP, ETP) on train.gpus (DP follows), each role
-  alone within the budget (actor and critic co-reside and train in turn, offloaded in turn).
+* megatron: the layout of train.* (TP, PP, EP, ETP) on train.gpus (DP follows), activation
+  recompute "full" when train.recompute else "none", each role alone within the budget (actor
+  and critic co-reside and train in turn, offloaded in turn).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def plan_for(cfg: Config) -> dict[str, Any]:
             pp=t.pipeline_parallel,
             ep=t.expert_parallel,
             etp=t.expert_tensor_parallel,
-            recompute="none",
+            recompute="full" if t.recompute else "none",
         )
         if not memory.valid(spec, lay):
             raise PlanError(
@@ -57,7 +58,9 @@ def check_plan(cfg: Config) -> dict[str, Any]:
     if cfg.train.backend == "megatron" and cfg.train.pipeline_parallel != 1:
         raise ValueError(
             "train.pipeline_parallel > 1: weights shard by stage (convert.shard) but the trainer "
-            "has no pipeline schedule yet; use tensor/expert parallelism"
+            "does not drive megatron-core's pipeline schedule yet (not provable on the CPU: "
+            "megatron-core 0.16.1's schedules allocate on device 'cuda'); use tensor/expert "
+            "parallelism"
         )
     res = plan_for(cfg)
     budget = cfg.train.gpu_budget_gib
@@ -107,5 +110,6 @@ def build(cfg: Config, actor, critic, actor_lr: float | None = None):
         ),
         router_fusion=t.router_fusion,
         offload=t.offload,
+        recompute=t.recompute,
         device=device_of(p.device),
     )

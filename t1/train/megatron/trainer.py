@@ -127,9 +127,12 @@ class MegatronTrainer:
         self.hf_config = ref.config
         dtype = next(ref.parameters()).dtype
         tc = M.transformer_config(
-            self.hf_config, replay=replay, dtype=dtype, router_fusion=router_fusion,
+            self.hf_config,
+            replay=replay,
+            dtype=dtype,
+            router_fusion=router_fusion,
             recompute=recompute,
-        )  # fmt: skip
+        )
         self.replay, self.recompute = replay, recompute
         self.actor = self._build("actor", tc, actor) if actor is not None else None
         self.critic = self._build("critic", tc, critic) if critic is not None else None
@@ -189,9 +192,7 @@ class MegatronTrainer:
             parts = [None] * self.world
             dist.all_gather_object(parts, (me, local))
             c = self.hf_config
-            local = C.unshard(
-                dict(parts), self.sizes(), c.num_hidden_layers, c.num_experts, kind
-            )
+            local = C.unshard(dict(parts), self.sizes(), c.num_hidden_layers, c.num_experts, kind)
         return {k: v.clone() for k, v in C.mcore_to_hf(local, self.hf_config, kind).items()}
 
     def sizes(self) -> C.Sizes:
@@ -222,7 +223,7 @@ class MegatronTrainer:
         for i in range(0, local.size, self.forward_rows):
             idx = list(range(i, min(i + self.forward_rows, local.size)))
             mb = DP.take(local, idx, trim=self.world == 1).to(self.device)
-            for out, x in zip(outs, fn(mb)):
+            for out, x in zip(outs, fn(mb), strict=True):
                 out[idx[0] : idx[-1] + 1, : x.shape[1]] = x.float().cpu()
         real = torch.arange(batch.input_ids.shape[1])[None, :] < batch.lengths.cpu()[:, None]
         return [DP.gather_rows(out, batch.size) * real for out in outs]
@@ -251,7 +252,7 @@ class MegatronTrainer:
         if check is not None and self.world > 1:  # every DP rank's rows
             keys = sorted(check)
             tot = DP.all_sum(torch.tensor([check[k] for k in keys], dtype=torch.long))
-            check = {k: int(v) for k, v in zip(keys, tot)}
+            check = {k: int(v) for k, v in zip(keys, tot, strict=True)}
         self.routing_check = check
         return ActorOutput(logp, ent if entropy else None)
 
@@ -390,9 +391,9 @@ class MegatronTrainer:
 
     def save_weights(self, out_dir: str | Path, actor: bool = True, critic: bool = True) -> None:
         """DIR/actor and DIR/critic in HF format (the hf backend's directories), each atomic."""
-        from t1.policy import save_policy
-
         import torch.distributed as dist
+
+        from t1.policy import save_policy
 
         out_dir = Path(out_dir)
         write = dist.get_rank() == 0  # every rank gathers (collective); rank 0 writes
