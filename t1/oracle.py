@@ -14,8 +14,8 @@ start a fresh sandbox (both in t1.tasks.env), then
 then the verifier in the same sandbox (t1.verifier.score_in_sandbox) and the reward
 (t1.reward, kind and scale from `--config`, default dense with scale 10).
 
-Prints a table (task, passed/total, resolved, reward, seconds, error) on stdout and a progress
-bar on stderr; `--json FILE` writes a list of objects with exactly the keys `task`, `agent`,
+Prints a table (task, passed/total, resolved, reward, seconds, error) on stdout and progress
+with an ETA on stderr (t1.progress); `--json FILE` writes a list of objects with exactly the keys `task`, `agent`,
 `passed`, `total`, `resolved`, `reward`, `seconds`, `assertions` ([{name, outcome}]), `error`.
 A task that fails to load, build, start, or whose solution times out or whose verifier yields
 nothing, or whose report names other assertions than the pool recorded from its reference run
@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from t1.progress import Progress
 from t1.records import write_json_atomic
 from t1.reward import RewardSpec
 from t1.sandbox import Limits
@@ -164,7 +164,8 @@ def run_many(
 ) -> list[dict]:
     """Run every task (in parallel up to `jobs`), rows in the order of `paths`."""
     rows: dict[int, dict] = {}
-    bar = _Progress(len(paths))
+    label = "oracle" if agent == "oracle" else f"oracle-{agent}"
+    bar = Progress(len(paths), label)  # t1.progress: an ETA; plain log lines off a terminal
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {
             pool.submit(run_task, p, agent, backend, reward, cache_dir, None, network): i
@@ -173,7 +174,8 @@ def run_many(
         for fut in as_completed(futures):
             row = fut.result()
             rows[futures[fut]] = row
-            bar.advance(row)
+            mark = "ok" if row["resolved"] else ("ERROR" if row["error"] else "unresolved")
+            bar.advance(note=f"{row['task']} {mark} ({row['seconds']:.1f} s)")
     bar.close()
     return [rows[i] for i in range(len(paths))]
 
@@ -194,31 +196,3 @@ def format_table(rows: list[dict]) -> str:
     errors = sum(bool(r["error"]) for r in rows)
     lines.append(f"{resolved} of {len(rows)} resolved, {errors} with errors")
     return "\n".join(lines)
-
-
-class _Progress:
-    """A one-line progress bar on stderr (a line per task when stderr is not a terminal)."""
-
-    def __init__(self, total: int):
-        self.total, self.done, self.t0 = total, 0, time.monotonic()
-        self.tty = sys.stderr.isatty()
-        self.lock = threading.Lock()
-        self._draw("")
-
-    def advance(self, row: dict) -> None:
-        with self.lock:
-            self.done += 1
-            mark = "ok" if row["resolved"] else ("ERROR" if row["error"] else "unresolved")
-            self._draw(f"{row['task']} {mark} ({row['seconds']:.1f} s)")
-
-    def _draw(self, last: str) -> None:
-        filled = int(20 * self.done / max(1, self.total))
-        line = f"[{'#' * filled}{'.' * (20 - filled)}] {self.done}/{self.total} {time.monotonic() - self.t0:6.1f} s  {last}"
-        if self.tty:
-            print(f"\r\033[K{line}", end="", file=sys.stderr, flush=True)
-        elif last:
-            print(line, file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.tty:
-            print(file=sys.stderr, flush=True)

@@ -197,7 +197,7 @@ def trainer_command(
 def segment_plan(args: argparse.Namespace) -> dict[str, Any]:
     """Everything `t1 segment --dry-run` prints, as data (a test pins it)."""
     from t1.config import load_config
-    from t1.segment import step_commands, step_dir
+    from t1.steps import step_commands, step_dir
 
     cfg = load_config(args.config)
     c = cfg.campaign

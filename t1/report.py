@@ -12,7 +12,9 @@ Each step appears once: of the records a resumed stage wrote again for the steps
 the last attempt's is kept (t1.metrics_log.last_attempt) and the step is marked `(redone)`.
 Every `incidents.jsonl` under the run directory (t1.incidents: corrupt checkpoints and the
 fallbacks that replaced them, restarted children, orphans killed, stages restarted) is listed
-under "Incidents", each distinct record once.
+under "Incidents", each distinct record once. Beside it, RUN_DIR/summary.json: resolved rate,
+n, 95% interval and pass@k of the SFT and PPO policies on held-out and train-pool tasks
+(t1.evaluate.run_summary; null with a note where the run has no such evaluation).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from t1.incidents import read_incidents
 from t1.metrics_log import last_attempt, read_events
-from t1.records import write_atomic
+from t1.records import write_atomic, write_json_atomic
 
 PLOTS: dict[str, list[str]] = {
     "reward": ["reward_mean", "resolved_rate"],
@@ -124,15 +126,19 @@ def render(run_dir: Path, out: Path) -> str:
             lines += [f"![{path.stem}]({path.name})", ""]
     evals = sorted(run_dir.rglob("eval.json"))
     if evals:
-        lines += ["## Evaluations", "", "| label | trajectories | resolved | mean reward | mean turns |", "|---|---|---|---|---|"]
+        lines += ["## Evaluations", "", "| label | trajectories | resolved | 95% CI (Wilson) | pass@k | mean reward | mean turns |", "|---|---|---|---|---|---|---|"]
         for path in evals:
             doc = json.loads(path.read_text())
             o = doc["summary"]["overall"]
+            ci = o.get("ci95")  # schema 2 (t1 evaluate --k); None: no trajectory
+            rate = "-" if o["resolved_rate"] is None else f"{o['resolved_rate']:.1%}"
             lines.append(
-                f"| {doc.get('label', path.parent.name)} | {o['trajectories']} | {o['resolved_rate']:.1%} | "
-                f"{o['mean_reward']:.3f} | {o['mean_turns']:.1f} |"
+                f"| {doc.get('label', path.parent.name)} | {o['trajectories']} | {rate} | "
+                f"{'-' if not ci else f'[{ci[0]:.1%}, {ci[1]:.1%}]'} | "
+                f"{_fmt(o.get('pass_at_k'))} (k={doc.get('k', 1)}) | {_fmt(o['mean_reward'])} | "
+                f"{_fmt(o['mean_turns'])} |"
             )
-        lines.append("")
+        lines += ["", "Per-split figures for scripts: `summary.json` (held-out vs train pool).", ""]
     audits = sorted(run_dir.rglob("tito_audit.json"))
     for path in audits:
         a = json.loads(path.read_text())
@@ -154,7 +160,9 @@ def collect_incidents(run_dir: Path) -> list[dict[str, Any]]:
     out = []
     for path in sorted(run_dir.rglob("incidents.jsonl")):
         for rec in read_incidents(path):
-            key = json.dumps({k: v for k, v in rec.items() if k != "time"}, sort_keys=True, default=str)
+            key = json.dumps(
+                {k: v for k, v in rec.items() if k != "time"}, sort_keys=True, default=str
+            )
             if key in seen:
                 continue
             seen.add(key)
@@ -170,7 +178,10 @@ def incidents_section(run_dir: Path) -> list[str]:
     lines = ["## Incidents", ""]
     if not recs:
         return lines + ["none", ""]
-    lines += ["| " + " | ".join(_INCIDENT_KEYS) + " | log |", "|" + "---|" * (len(_INCIDENT_KEYS) + 1)]
+    lines += [
+        "| " + " | ".join(_INCIDENT_KEYS) + " | log |",
+        "|" + "---|" * (len(_INCIDENT_KEYS) + 1),
+    ]
     for r in recs:
         cells = [_fmt(r.get(k)).replace("|", "/") for k in _INCIDENT_KEYS] + [r["_source"]]
         lines.append("| " + " | ".join(cells) + " |")
@@ -196,5 +207,8 @@ def main(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     text = render(run_dir, out)
     write_atomic(out, text)
-    print(f"report: {out}")
+    from t1.evaluate import run_summary  # RUN_DIR/summary.json: sft/ppo per split, for scripts
+
+    write_json_atomic(run_dir / "summary.json", run_summary(run_dir), indent=2)
+    print(f"report: {out}, {run_dir / 'summary.json'}")
     return 0

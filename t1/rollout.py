@@ -45,6 +45,7 @@ from t1.agent import AgentOptions, run_agent
 from t1.config import Config, load_config
 from t1.engine.base import Engine, SamplingParams
 from t1.oversample import oversample
+from t1.progress import Progress
 from t1.records import write_json_atomic
 from t1.reward import (
     RewardError,
@@ -103,28 +104,6 @@ class RolloutBatch:
             ],
             "dropped_tasks": self.dropped,
         }
-
-
-class _Progress:
-    def __init__(self, total: int, label: str) -> None:
-        self.total, self.done, self.label = total, 0, label
-        self.lock = threading.Lock()
-        self._draw()
-
-    def tick(self, *_: Any) -> None:
-        with self.lock:
-            self.done += 1
-            self._draw()
-
-    def _draw(self) -> None:
-        n = 30 * self.done // max(1, self.total)
-        end = "\n" if self.done >= self.total else ""
-        print(
-            f"\r{self.label} [{'#' * n}{'.' * (30 - n)}] {self.done}/{self.total}",
-            end=end,
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 def sampling_of(cfg: Config, seed: int | None) -> SamplingParams:
@@ -254,16 +233,18 @@ def collect(
     seed: int | None = None,
     progress: bool = True,
     reward: RewardSpec | None = None,
+    label: str = "rollout",
 ) -> RolloutBatch:
     """Launch one trajectory per task (over-sampling), admit the first `admit` to complete
-    and assemble into TITO streams (`reward` defaults to `reward_of(cfg, tasks)`)."""
+    and assemble into TITO streams (`reward` defaults to `reward_of(cfg, tasks)`); `label`
+    names the progress line (t1.progress)."""
     from t1.engine.fleet import run_resampled
 
     reward = reward or reward_of(cfg, tasks)
     admit = min(admit or cfg.rollout.admit, len(tasks))
     deterministic = cfg.run.deterministic
     base_seed = seed if (seed is not None or not deterministic) else cfg.run.seed
-    bar = _Progress(len(tasks), "rollout") if progress else None
+    bar = Progress(len(tasks), label) if progress else None
     t0 = time.monotonic()
 
     def one(indexed: tuple[int, Task], cancel: threading.Event) -> Trajectory:
@@ -281,11 +262,13 @@ def collect(
         admit=admit,
         workers=cfg.rollout.workers,
         deterministic=deterministic,
-        on_done=(bar.tick if bar else None),
+        on_done=((lambda *_: bar.advance()) if bar else None),
         # A FAILED or ABORTED trajectory did not "complete": it must not take an admission
         # slot from one that did (it is recorded among the dropped with its reason).
         admissible=lambda t: t.status in (Status.COMPLETED, Status.TRUNCATED),
     )
+    if bar:
+        bar.close()
     batch = RolloutBatch(launched=len(tasks), seconds=time.monotonic() - t0)
     batch.admitted = [traj for _, traj in res.admitted]
     for d in res.dropped:
@@ -346,7 +329,7 @@ def expert_batch(
     """Reference solutions as multi-turn tool calls, one trajectory per task (all admitted)."""
     from t1.expert import ScriptedEngine, solution_commands
 
-    bar = _Progress(len(tasks), "expert") if progress else None
+    bar = Progress(len(tasks), "expert") if progress else None
     t0 = time.monotonic()
     batch = RolloutBatch(launched=len(tasks))
     options = AgentOptions(require_routing=False)
@@ -364,7 +347,9 @@ def expert_batch(
             run_one(task, engine, tokenizer, expert_cfg, None, None, options, reward)
         )
         if bar:
-            bar.tick()
+            bar.advance(note=task.id)
+    if bar:
+        bar.close()
     batch.seconds = time.monotonic() - t0
     return batch
 

@@ -5,7 +5,7 @@
         --tokenizer results/tiny/tokenizer --out results/tiny/ppo/iter_00003/DONE
     t1 segment ... --dry-run        # print the plan (batches, commands); run nothing
 
-A thin driver; the work of a step is done by the commands it runs (edit `step_commands`):
+A thin driver; the work of a step is done by the commands it runs (t1/steps.py):
 
     t1 rollout --config C --policy PREV/actor --tokenizer T --tasks <batch> --launch N \\
                --seed S --out RUN/ppo/steps/step_NNNNNN/rollout
@@ -66,13 +66,10 @@ from pathlib import Path
 
 from t1.lock import PidFile, die_with_parent
 from t1.records import write_json_atomic
+from t1.steps import step_commands, step_dir, t1_command
 from t1.supervise.child import EXIT_REQUEUE, StopRequest, heartbeat
 
 SCHEMA_VERSION = 1
-
-
-def step_dir(run_dir: Path, step: int) -> Path:
-    return run_dir / "ppo" / "steps" / f"step_{step:06d}"
 
 
 def pool_order(pool_dir: Path, seed: int):
@@ -87,39 +84,6 @@ def pool_order(pool_dir: Path, seed: int):
     if not len(loader):
         raise SystemExit(f"t1 segment: {loader.dir / 'manifest.json'}: no tasks")
     return lambda epoch: [str(t.path) for t in loader.epoch(epoch)]
-
-
-def t1_command() -> list[str]:
-    """How to run `t1` from here: this interpreter's own `t1` (a venv's bin/ need not be on
-    PATH: `.venv/bin/t1 segment ...` works unactivated), else `python -m t1.cli`."""
-    sibling = Path(sys.executable).with_name("t1")
-    if sibling.is_file() and os.access(sibling, os.X_OK):
-        return [str(sibling)]
-    return [sys.executable, "-m", "t1.cli"]
-
-
-def step_commands(
-    cfg_path: str,
-    prev: Path,
-    sdir: Path,
-    batch: list[str],
-    seed: int,
-    tokenizer: str | None,
-    critic: str | None,
-    run_manifest: Path | None = None,
-) -> dict[str, list[str]]:
-    """The two commands of one PPO step (the flags the rollout and train owners define)."""
-    tok = ["--tokenizer", tokenizer] if tokenizer else []
-    rollout = ["t1", "rollout", "--config", cfg_path, "--policy", str(prev / "actor"), *tok]
-    rollout += ["--tasks", *batch, "--launch", str(len(batch)), "--seed", str(seed)]
-    if run_manifest is not None:
-        rollout += ["--run-manifest", str(run_manifest)]
-    rollout += ["--out", str(sdir / "rollout")]
-    train = ["t1", "train", "--config", cfg_path, "--stage", "ppo", "--in", str(sdir / "rollout")]
-    train += ["--from", str(prev), "--out", str(sdir / "train"), *tok]
-    if critic:
-        train += ["--critic", critic]
-    return {"rollout": rollout, "train": train}
 
 
 def _dropped_dirs(rollout_json: Path, batch: list[str]) -> list[str]:

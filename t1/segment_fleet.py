@@ -70,7 +70,7 @@ def fleet_steps_wanted(cfg) -> bool:
 def localize(cmd: list[str]) -> list[str]:
     """A plan line made runnable here: `python` -> this interpreter, and the command word after
     srun's options, when it is `t1`, -> this interpreter's t1 (a venv need not be on PATH)."""
-    from t1.segment import t1_command
+    from t1.steps import t1_command
 
     out = [sys.executable if a == "python" else a for a in cmd]
     if out[:1] == ["srun"]:
@@ -253,7 +253,7 @@ def load_final(cfg, urls: list[str], path: Path) -> None:
 def run_with_fleet(driver) -> int:
     """t1.segment.main inside an allocation with a fleet: replicas up, steps, final weights."""
     from t1.engine.fleet import FleetError
-    from t1.segment import step_dir
+    from t1.steps import step_dir
 
     cfg, args = driver.cfg, driver.args
     hosts, where = plan.allocation_hosts(cfg)

@@ -29,10 +29,7 @@ LIBRARIES_WITH_A_COMMAND = {
 CLI_PARTS = {"main", "add_arguments"}
 # Imports from a command module known today, each with what fixes it; each must still exist
 # (delete the entry once it is gone).
-KNOWN_VIOLATIONS = {
-    ("t1.plan", "t1.segment"): "step_dir/step_commands belong in a library module, not the "
-    "`t1 segment` driver (t1/plan.py, issue in flight)",
-}
+KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {}
 
 # The one module the remaining t1/sandbox/ cycles run through: provision.py holds both the
 # cache a sandbox mounts (`locate`, used by bwrap and apptainer at start) and the `t1 provision`

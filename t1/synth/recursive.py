@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from t1.metrics_log import MetricsLog
+from t1.progress import Progress
 from t1.records import write_json_atomic
 from t1.synth.draft import Draft, extend, load_draft, metrics, render, seed_draft, with_step
 from t1.synth.validate import validate_many
@@ -176,19 +177,13 @@ class _Run:
                 continue
             render(d, self.out / "_staging" / d.id)
             staged[d.id] = d
-        done = [0]
+        fresh = [i for i in staged if not any(r["task"] == i for r in reused)]
+        # t1.progress: validations with an ETA (a live line, or log lines in a Slurm log)
+        bar = Progress(len(fresh), f"synth round {round_}")
 
         def progress(row: dict[str, Any]) -> None:
-            done[0] += 1
-            mark = "+" if row["status"] == "accepted" else "-"
-            print(
-                f"\rround {round_}: {done[0]}/{len(staged)} validated {mark}",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
+            bar.advance(note=f"{row['task']} {row['status']}")
 
-        fresh = [i for i in staged if not any(r["task"] == i for r in reused)]
         rows = reused + validate_many(
             [self.out / "_staging" / i for i in fresh],
             jobs=self.o.jobs,
@@ -199,7 +194,7 @@ class _Run:
             slurm=dict(self.o.slurm),
             on_row=progress,
         )
-        print(file=sys.stderr)
+        bar.close()
         accepted: list[Draft] = []
         for row in rows:
             d = staged[row["task"]]

@@ -25,6 +25,7 @@ from typing import Any
 
 from t1.config import Config
 from t1.metrics_log import MetricsLog
+from t1.progress import Progress
 from t1.supervise.child import EXIT_REQUEUE
 from t1.train.data import DataError, load_rows
 from t1.train.hf import HFTrainer
@@ -73,12 +74,19 @@ def run_stage(
         trainer.load_state_dict(saved["trainer"])
         progress = saved["progress"]
         print(f"t1 train {stage}: at step {progress.get('step')} (epoch {progress.get('epoch')})")
+    # t1.progress: optimizer steps with an ETA (a live line, or log lines in a Slurm log)
+    total = epochs * -(-len(rows) // max(1, batch))
+    bar = Progress(total, f"train {stage}", start=progress.get("step", 0))
+
+    def on_step(step: int, m: dict[str, float]) -> None:
+        log.write(f"{stage}_step", step, **m)
+        bar.advance(note=f"step {step}")
+
     try:
         with MetricsLog(out.path) as log:
             status = run_epochs(
                 trainer, rows, epochs, batch, lambda mb: update(trainer, mb), progress, out,
-                save_every, lambda step, m: log.write(f"{stage}_step", step, **m), stop,
-                args.max_steps,
+                save_every, on_step, stop, args.max_steps,
             )  # fmt: skip
             if status == "stopped":
                 return EXIT_REQUEUE
@@ -89,5 +97,6 @@ def run_stage(
             log.write(f"{stage}_done", progress["step"], **stats)
         out.finish({"steps": progress["step"], "data": stats})
     finally:
+        bar.close()
         out.close()  # wait for background retention before the process exits
     return 0

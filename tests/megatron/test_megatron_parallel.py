@@ -12,7 +12,6 @@ Recompute runs at world size 1 in this process.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch

@@ -1,6 +1,6 @@
 """One writer per output and no silent fresh start, with the real `t1 train --stage sft`.
 
-    .venv/bin/pytest tests/train/test_one_writer.py -q
+.venv/bin/pytest tests/train/test_one_writer.py -q
 """
 
 from __future__ import annotations

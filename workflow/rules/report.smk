@@ -1,4 +1,5 @@
-# Report: tables and plots from the run's JSON-lines events (metrics, incidents, evaluations).
+# Report: tables and plots from the run's JSON-lines events (metrics, incidents, evaluations),
+# and summary.json (SFT vs PPO on held-out and train-pool tasks, for scripts).
 
 
 rule report:
@@ -9,7 +10,8 @@ rule report:
             f"{RESULTS}/{{{{run}}}}/eval/{{stage}}/eval.json", stage=["sft", "ppo"]
         ),
     output:
-        f"{RESULTS}/{{run}}/report.md",
+        report=f"{RESULTS}/{{run}}/report.md",
+        summary=f"{RESULTS}/{{run}}/summary.json",
     log:
         f"{RESULTS}/{{run}}/logs/report/attempt-{ATTEMPT}.log",
     localrule: True
@@ -18,4 +20,4 @@ rule report:
     params:
         run_dir=lambda w: f"{RESULTS}/{w.run}",
     shell:
-        "t1 report --config {input.cfg} --run-dir {params.run_dir} --out {output} &> {log}"
+        "t1 report --config {input.cfg} --run-dir {params.run_dir} --out {output.report} &> {log}"

@@ -15,11 +15,14 @@ the same layout (world, TP, PP, EP, ETP) and refuses another one naming the chec
 state is restored exactly, so a resumed run repeats the uninterrupted one bit for bit in
 deterministic mode (tests/megatron/test_megatron_parallel.py, world size 2, EP 2).
 
-Why not megatron.core.dist_checkpointing: its `torch_dist` format saves the sharded model but
-the optimizer state only through megatron's own optimizers (`sharded_state_dict` of
-DistributedOptimizer / ChainedOptimizer); this backend uses torch AdamW (the hf backend's, for
-exact equality), so the per-rank format carries the Adam moments without resharding support:
-a layout change needs the HF weights (save_weights) and a fresh optimizer.
+Why not megatron.core.dist_checkpointing: measured, its `torch_dist` save does not run on the
+CPU (megatron-core 0.16.1, `dist_checkpointing.save(actor.sharded_state_dict(), dir)` at world
+size 1: `strategies/filesystem_async.py` `preload_tensors` calls `torch.cuda.synchronize()` ->
+"Torch not compiled with CUDA enabled"), so it could not be proven here; and it saves optimizer
+state only through megatron's own optimizers (`sharded_state_dict` of DistributedOptimizer /
+ChainedOptimizer), while this backend keeps torch AdamW (the hf backend's, for exact equality).
+The per-rank format therefore has no resharding: a layout change needs the HF weights
+(save_weights) and a fresh optimizer.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ mode.
 
 Co-residence: actor and critic live on the same devices; with `offload=True` the role not in
 use is moved (weights and optimizer state) to the CPU between calls (`Residency`), so each role
-alone must fit the budget `t1 plan-memory` computed (plan.py checks before launch).
+alone must fit the budget `t1 plan-memory` computed (plan.py checks before launch). The DDP
+gradient buffers (`main_grad`) stay on the compute device when a role is offloaded.
 """
 
 from __future__ import annotations
