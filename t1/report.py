@@ -14,7 +14,7 @@ Every `incidents.jsonl` under the run directory (t1.incidents: corrupt checkpoin
 fallbacks that replaced them, restarted children, orphans killed, stages restarted) is listed
 under "Incidents", each distinct record once. Beside it, RUN_DIR/summary.json: resolved rate,
 n, 95% interval and pass@k of the SFT and PPO policies on held-out and train-pool tasks
-(t1.evaluate.run_summary; null with a note where the run has no such evaluation).
+(t1.eval_summary.run_summary; null with a note where the run has no such evaluation).
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def main(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     text = render(run_dir, out)
     write_atomic(out, text)
-    from t1.evaluate import run_summary  # RUN_DIR/summary.json: sft/ppo per split, for scripts
+    from t1.eval_summary import run_summary  # RUN_DIR/summary.json: sft/ppo per split, for scripts
 
     write_json_atomic(run_dir / "summary.json", run_summary(run_dir), indent=2)
     print(f"report: {out}, {run_dir / 'summary.json'}")

@@ -18,7 +18,8 @@ from agent_helpers import EXAMPLES, random_policy
 from shared_fixtures import requires_bwrap
 
 from t1.cli import main as t1_main
-from t1.evaluate import STAGES, block, markdown, run_summary, summarize
+from t1.eval_summary import STAGES, block, run_summary
+from t1.evaluate import markdown, summarize
 from t1.policy import save_policy
 from t1.rollout import load_tasks
 from t1.stats import wilson_interval
@@ -184,7 +185,7 @@ def test_summary_json_splits_held_out_from_train_pool_tasks_and_marks_what_is_mi
     assert t["ci95"] == pytest.approx([0.094531, 0.905469], abs=1e-5)  # Wilson 1/2
     # no PPO evaluation: null, never a number, and a note that says so
     assert s["heldout"]["ppo"] is None and s["train"]["ppo"] is None
-    assert any(n.startswith("ppo: no evaluation") for n in s["notes"])
+    assert sum(n.endswith("no evaluation (eval/ppo/eval.json missing)") for n in s["notes"]) == 2
 
 
 def test_summary_json_has_null_held_out_when_the_eval_pool_is_the_train_pool(tmp_path):
@@ -204,3 +205,14 @@ def test_t1_report_writes_summary_json_beside_the_report(tmp_path):
     assert s["schema_version"] == 1 and s["train"]["sft"]["resolved"] == 1.0
     assert s["heldout"]["sft"] is None and set(s) >= {"heldout", "train", "notes"}
     assert "| sft | 1 | 100.0% | [20.7%, 100.0%] |" in (run / "report.md").read_text()
+
+
+def test_summary_json_without_a_train_pool_splits_nothing_and_says_so(tmp_path):
+    run = _run_dir(tmp_path, [], {"sft": _eval_doc([_row("seen", True, 8)])})
+    (run / "pool" / "train" / "manifest.json").unlink()
+    s = run_summary(run)
+    assert s["heldout"] == s["train"] == {"sft": None, "ppo": None}
+    assert any("no train pool" in n for n in s["notes"])
+    assert {n.split(":")[0] for n in s["notes"][1:]} == {
+        "heldout.sft", "train.sft", "heldout.ppo", "train.ppo"
+    }  # fmt: skip

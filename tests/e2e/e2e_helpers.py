@@ -103,6 +103,13 @@ def check_finished_campaign(
         assert any(e.get("actor_updated") for e in ppo_steps), "no PPO step updated the actor"
     for stage in ("sft", "ppo"):
         assert (run_dir / "eval" / stage / "eval.json").is_file(), f"eval of {stage} missing"
+    # summary.json (t1.eval_summary): every split x stage is a measured figure or null + a note
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for split in ("heldout", "train"):
+        for stage in ("sft", "ppo"):
+            fig = summary[split][stage]
+            assert fig is None or {"resolved", "n", "ci95", "pass_at_k"} <= set(fig), (split, fig)
+            assert fig is not None or any(n.startswith(f"{split}.{stage}") for n in summary["notes"])
 
 
 def check_synthesized_pool(wf: Path, run: str) -> dict:

@@ -162,7 +162,8 @@ def _from_reference(ref_wf: Path, root: Path) -> Path:
         p.unlink()
     shutil.rmtree(root / ".snakemake/locks", ignore_errors=True)
     # the copy's --configfile has another absolute path: let run_config settle that first
-    r, _ = snakemake(root, *CMD[:2], *CMD[3:], f"results/{RUN}/config.yaml", timeout=300)
+    settle = ["--profile", "profiles/local", f"results/{RUN}/config.yaml"]
+    r, _ = snakemake(root, *settle, "--configfile", "crash.yaml", timeout=300)
     assert r.returncode == 0, tail(r)
     return root
 

@@ -31,10 +31,16 @@ rule provision:
     container:
         TRAINER_IMAGE
     params:
-        dirs=" ".join(sorted(set(conf("tasks.train_dirs")) | set(conf("tasks.eval_dirs")))),
+        dirs=" ".join(
+            sorted(set(conf("tasks.train_dirs")) | set(conf("tasks.eval_dirs")))
+        ),
         backend=conf("sandbox.backend"),
         env_cache=conf("tasks.env_cache"),
-        out=(f"--out {conf('sandbox.provision_dir')}" if conf("sandbox.provision_dir") else ""),
+        out=(
+            f"--out {conf('sandbox.provision_dir')}"
+            if conf("sandbox.provision_dir")
+            else ""
+        ),
     shell:
         "t1 provision --tasks {params.dirs} --build-envs {params.backend} --env-cache {params.env_cache} {params.out} --json {output} &> {log}"
 
