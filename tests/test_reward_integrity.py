@@ -187,6 +187,39 @@ def test_tests_see_what_the_agent_left_in_tmp_root_and_home(tmp_path):
     assert r.error is None and (r.passed, r.total) == (4, 4), r.output[-1500:]
 
 
+def test_tests_may_rewrite_and_move_their_own_tests_dir(tmp_path):
+    """/tests is the compartment's private writable copy, not a mount point: a real TB task
+    (lru-cache-with-cost-budget) `shutil.move`s it aside around each run. Nothing of it
+    reaches the agent's filesystem, and a second verification starts from a fresh copy."""
+    import shutil
+
+    from t1.tasks.env import open_task_sandbox, run_solution
+    from t1.verifier import score_in_sandbox
+
+    task_dir = tmp_path / "honest-moves-tests"
+    shutil.copytree(ATTACKS / "honest", task_dir)
+    with (task_dir / "tests" / "test_outputs.py").open("a") as fh:
+        fh.write(
+            "\n\ndef test_moves_tests_aside():\n"
+            "    import os, shutil\n"
+            "    assert not os.path.exists('/tests/scratch')  # a fresh copy every time\n"
+            "    Path('/tests/scratch').write_text('x')\n"
+            "    shutil.move('/tests', '/tmp/tests_hidden')\n"
+            "    assert not os.path.exists('/tests')\n"
+            "    shutil.move('/tmp/tests_hidden', '/tests')\n"
+            "    assert Path('/tests/scratch').read_text() == 'x'\n"
+        )
+    task = load_task(task_dir)
+    with open_task_sandbox(task) as sb:
+        assert run_solution(task, sb) is None
+        r = score_in_sandbox(task, sb)
+        again = score_in_sandbox(task, sb)
+        leak = sb.exec("ls -A /tests /tmp 2>/dev/null | grep -v :").output.split()
+    assert r.error is None and (r.passed, r.total) == (4, 4), r.output[-1500:]
+    assert again.error is None and (again.passed, again.total) == (4, 4), again.output[-1500:]
+    assert leak == [], leak
+
+
 def test_oracle_row_of_a_report_with_other_names_is_tampered(tmp_path):
     """A pool that recorded other assertion names than the verifier reports: the row is an
     error naming the mismatch, scores 0, and never resolves, even for the honest solution."""

@@ -20,7 +20,10 @@ What the sandbox sees:
 * Namespaces: pid, ipc, uts (hostname `sandbox`), net (none: not even the host's loopback)
   unless `spec.network`; user too when not run as root. `--cap-drop ALL`: bwrap run by real
   root would otherwise keep every capability (CAP_SYS_ADMIN, CAP_MKNOD, CAP_DAC_OVERRIDE ...)
-  inside; no_new_privs is set. `--die-with-parent` (PR_SET_PDEATHSIG) fires when the THREAD
+  inside; no_new_privs is set. An env build (a Dockerfile's RUN) keeps CAP_CHOWN, CAP_FOWNER
+  and CAP_DAC_OVERRIDE, as `docker build` does (`adduser`); the agent never has them. As root
+  the shell runs with the `shadow` group as a supplementary one, so shadow-utils can rewrite
+  the mask's synthesized root:shadow /etc/shadow. `--die-with-parent` (PR_SET_PDEATHSIG) fires when the THREAD
   that started the sandbox exits: start and use a sandbox from a thread that outlives it.
 * Limits: a per-sandbox cgroup (t1.sandbox.limits) joined before bwrap runs, RLIMIT_FSIZE,
   wall time (`limits.wall_s`); stop() kills every process in the cgroup and checks.
@@ -175,6 +178,13 @@ def bwrap_args(
     """The bwrap argument list (pure). Later binds override earlier ones."""
     # bwrap run by real root KEEPS all capabilities unless told otherwise: drop them all
     a = ["bwrap", "--die-with-parent", "--cap-drop", "ALL"]
+    if build_into is not None and as_root:
+        # an env build (a Dockerfile's RUN, as `docker build` runs it) may chown and chmod
+        # what it made, and write into it: `adduser` chowns the home it creates, chmods it
+        # and copies /etc/skel into it; the agent's sandbox never gets these (the mask hides
+        # host secrets from a build too; ro binds stay read-only)
+        for cap in ("CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE"):
+            a += ["--cap-add", cap]
     a += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     if not spec.network:
         a.append("--unshare-net")
@@ -383,7 +393,11 @@ class BwrapSandbox:
         rl = rlimit_prefix(spec.limits, self.cgroup, as_root, nproc_only=True)
         if rl:
             rl[0] = _which(rl[0])
-        return ["/bin/sh", "-c", script, "t1-sandbox", *rl, *inner]
+        # the shadow group as a supplementary group: shadow-utils chown the /etc/shadow files
+        # they rewrite to root:shadow (t1.sandbox.mask synthesizes them so, locked)
+        gid = maskmod.shadow_gid() if as_root else None
+        groups = [_which("setpriv"), f"--groups={gid}", "--"] if gid is not None else []
+        return ["/bin/sh", "-c", script, "t1-sandbox", *rl, *groups, *inner]
 
     def exec(self, cmd: str, timeout: float | None = None) -> ExecResult:
         if self.shell is None:

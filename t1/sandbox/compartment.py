@@ -22,12 +22,20 @@ sandbox) in a new pid, ipc, uts and mount namespace, and in the agent's network 
 the services answer on localhost (`nsenter --net`, entered before bwrap execs, so nothing
 is looked up in the sandbox's mount namespace; not root: a network namespace of its own). It
 binds the agent's filesystem (the /usr, /etc, /var overlays, the workdir, /tmp, /root, /home,
-/logs) where the agent had it, and over it, privately: /tests (fresh copy of the task's
-tests), /logs/verifier (a fresh host dir), /run/t1/host/{usr,etc} (the host's own read-only
+/logs) where the agent had it, and over it, privately: /logs/verifier (a fresh host dir), /run/t1/host/{usr,etc} (the host's own read-only
 system, for the harness), /run/t1/harness (runner, pytest site; read-only), an empty
 /etc/ld.so.preload and the host's /etc/nsswitch.conf (both are read by the dynamic loader
 and libc of every process, the harness included). All capabilities dropped, a cgroup of its
 own (killed whole when the verifier ends), `--die-with-parent`.
+
+Its root is private (as root; `private_root`): an overlay mounted on the host whose top layer
+holds a fresh copy of the task's tests as an opaque /tests, over the agent's root (when it
+has one: an env layer's rootfs), with an upper dir of its own. So /tests is a plain writable
+dir the tests may rewrite or move aside (a real TB task `shutil.move`s it around each run; a
+bind's mount point could not be renamed), nothing the agent or a service puts in its own
+/tests shows through, and what the verifier writes at / never reaches the agent. The
+overlay is unmounted and removed when the verifier ends. Not root: /tests is a bind of the
+copy (writable, not movable).
 
 The outcome channel is a pipe: its write end is passed to the compartment as one fd (the
 harness makes it non-inheritable at once), its read end stays here.
@@ -42,13 +50,16 @@ import select
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from t1.sandbox import mask as maskmod
+from t1.sandbox import overlay as ovl
 from t1.sandbox.base import Limits, SandboxError
 from t1.sandbox.limits import Cgroup, join_script
+from t1.sandbox.overlay import Overlay
 
 log = logging.getLogger(__name__)
 
@@ -276,8 +287,12 @@ def compartment_args(
     share_net: bool,
     site_dir: Path | None = None,
     host_root: Path = Path("/"),
+    root_dir: Path | None = None,
 ) -> list[str]:
-    """bwrap argv of the verifier compartment over the agent sandbox `plan` (pure)."""
+    """bwrap argv of the verifier compartment over the agent sandbox `plan` (pure).
+
+    root_dir: the private root (`private_root`'s merged dir, /tests inside); else the agent's
+    root (if any) and /tests a bind of `tests_dir`."""
     from t1.sandbox.bwrap import host_symlinks
 
     a = ["bwrap", "--die-with-parent", "--cap-drop", "ALL"]
@@ -287,15 +302,17 @@ def compartment_args(
     if not as_root:
         a += ["--unshare-user", "--uid", "0", "--gid", "0"]
     a += ["--hostname", spec.hostname]
-    if "/" in plan.overlays:
-        a += ["--bind", str(plan.overlays["/"].merged), "/"]
+    root = plan.overlays["/"].merged if "/" in plan.overlays else None
+    if root_dir is not None:
+        root = root_dir
+    if root is not None:
+        a += ["--bind", str(root), "/"]
     for d in maskmod.SYSTEM_DIRS:
         ov = plan.overlays.get(d)
         if ov is None:
             a += ["--ro-bind", str(host_root / d), f"/{d}"]
         else:
             a += ["--bind" if ov.upper is not None else "--ro-bind", str(ov.merged), f"/{d}"]
-    root = plan.overlays["/"].merged if "/" in plan.overlays else None
     for name, target in host_symlinks(host_root).items():
         if root is None or not os.path.lexists(root / name):  # the agent's bwrap made it there
             a += ["--symlink", target, f"/{name}"]
@@ -312,7 +329,9 @@ def compartment_args(
         a += ["--bind", str(plan.workdir_host), spec.workdir]
     if plan.logs_host is not None:
         a += ["--bind", str(plan.logs_host), "/logs"]
-    a += ["--bind", str(vlogs_dir), "/logs/verifier", "--bind", str(tests_dir), "/tests"]
+    a += ["--bind", str(vlogs_dir), "/logs/verifier"]
+    if root_dir is None:
+        a += ["--bind", str(tests_dir), "/tests"]
     a += ["--ro-bind", str(host_root / "usr"), f"{HOST_VIEW}/usr"]
     a += ["--ro-bind", str(host_root / "etc"), f"{HOST_VIEW}/etc"]
     a += ["--ro-bind", str(harness_dir), HARNESS_INSIDE, "--dir", TMP_INSIDE]
@@ -344,6 +363,33 @@ def clear_mount_points(plan) -> None:
         p.mkdir(exist_ok=True)
 
 
+def private_root(plan, tests_dir: Path) -> Overlay:
+    """Mount the compartment's private root (see the module docstring); `.merged` is it.
+
+    Top layer: a fresh copy of `tests_dir` at tests/, opaque (the agent's /tests never shows
+    through); below: the agent's root when it has one; upper and work dirs of its own, next
+    to `tests_dir` (the agent's sandbox never binds them). Undo with `drop_private_root`.
+    """
+    base = Path(tempfile.mkdtemp(prefix="root-", dir=tests_dir.parent))
+    layer = base / "layer"
+    layer.mkdir()
+    shutil.copytree(tests_dir, layer / "tests", symlinks=False)
+    os.setxattr(layer / "tests", "trusted.overlay.opaque", b"y")
+    lowers = [layer] + ([plan.overlays["/"].merged] if "/" in plan.overlays else [])
+    ov = Overlay(lowers=lowers, merged=base / "mnt", upper=base / "upper", work=base / "work")
+    try:
+        ovl.mount(ov)
+    except OSError:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+    return ov
+
+
+def drop_private_root(ov: Overlay) -> None:
+    ovl.umount(ov.merged)
+    shutil.rmtree(ov.merged.parent, ignore_errors=True)
+
+
 @dataclass
 class CompartmentRun:
     records: list[dict]
@@ -368,18 +414,30 @@ def run_compartment(
     site_dir: Path | None = None,
 ) -> CompartmentRun:
     """Run `argv` (inside paths; may contain "{fd}") in the compartment; collect the channel."""
+    t0 = time.monotonic()
+    as_root = os.geteuid() == 0
+    share_net = netns_fd is not None and as_root
+    clear_mount_points(sandbox.plan)
+    proot = private_root(sandbox.plan, tests_dir) if as_root else None
+    try:
+        return _run(sandbox, argv, env, tests_dir, vlogs_dir, harness_dir, timeout, netns_fd,
+                    channel, limits, output_cap, site_dir, as_root, share_net, proot, t0)  # fmt: skip
+    finally:
+        if proot is not None:
+            drop_private_root(proot)
+
+
+def _run(sandbox, argv, env, tests_dir, vlogs_dir, harness_dir, timeout, netns_fd, channel,
+         limits, output_cap, site_dir, as_root, share_net, proot, t0) -> CompartmentRun:  # fmt: skip
     import json
 
     from t1.sandbox.bwrap import _which
 
-    t0 = time.monotonic()
-    as_root = os.geteuid() == 0
-    share_net = netns_fd is not None and as_root
     inner = compartment_args(
-        sandbox.plan, sandbox.spec, as_root, tests_dir, vlogs_dir, harness_dir, share_net, site_dir
-    )
+        sandbox.plan, sandbox.spec, as_root, tests_dir, vlogs_dir, harness_dir, share_net,
+        site_dir, root_dir=proot.merged if proot is not None else None,
+    )  # fmt: skip
     inner[0] = _which("bwrap")
-    clear_mount_points(sandbox.plan)
     r_fd, w_fd = os.pipe()
     pass_fds = [w_fd] if channel else []
     pre: list[str] = []

@@ -7,8 +7,12 @@ A sandbox runs as uid 0 without capabilities, and uid 0 still holds OWNER permis
 the host's root owns: a host file that is `0600 root` (/etc/shadow, ssh host keys,
 /etc/munge/munge.key) would be readable through a plain bind. So every file under the bound
 system directories that is not world-readable is replaced in this layer (an empty file with
-the same owner and mode; /etc/shadow and friends by a copy whose password fields are `*`, so
-`useradd` still works), every directory that is not world-readable and searchable becomes an
+the same owner and mode; /etc/shadow, /etc/gshadow and their `-` backups by files synthesized
+from /etc/passwd and /etc/group -- every user and group locked with `*`, no field read from the
+host's shadow files -- owned root:shadow 0640 as on Debian, and written whether or not the host
+has them, so `useradd`/`groupadd`/`adduser`/`passwd -l` work; the sandbox runs with the shadow
+group as a supplementary group (t1.sandbox.bwrap.launch_argv): shadow-utils chown their
+rewritten files to root:shadow, which a capability-less root may do only as a member), every directory that is not world-readable and searchable becomes an
 empty opaque directory, and `/var` is reduced to what apt/dpkg need: `/var/lib/*` and
 `/var/cache/*` keep only the entries in VAR_LIB_KEEP / VAR_CACHE_KEEP (the rest are
 whited-out), logs, spools, mail and backups become empty. The layer also carries the few
@@ -31,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-MASK_VERSION = 3
+MASK_VERSION = 4
 SYSTEM_DIRS = ("usr", "etc", "var")
 VAR_LIB_KEEP = {
     "apt", "dpkg", "ucf", "pam", "python", "misc", "systemd", "dbus", "sgml-base",
@@ -157,14 +161,41 @@ def _whiteout(dst: Path) -> None:
     os.mknod(dst, stat.S_IFCHR | 0o000, os.makedev(0, 0))
 
 
-def _sanitized(text: str) -> str:
-    lines = []
-    for line in text.splitlines():
-        parts = line.split(":")
-        if len(parts) > 2:
-            parts[1] = "*"
-        lines.append(":".join(parts))
-    return "\n".join(lines) + "\n"
+def _entries(path: Path) -> list[list[str]]:
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [ln.split(":") for ln in text.splitlines() if ln.count(":") >= 3 and ln[0] != "#"]
+
+
+def shadow_gid(host_root: Path = Path("/")) -> int | None:
+    """The gid of group `shadow` in the host's /etc/group (None if there is none)."""
+    for f in _entries(host_root / "etc/group"):
+        if f[0] == "shadow" and f[2].isdigit():
+            return int(f[2])
+    return None
+
+
+def synthesized(rel: str, host_root: Path = Path("/")) -> str:
+    """/etc/shadow or /etc/gshadow (or a `-` backup) for the users and groups of /etc/passwd
+    and /etc/group, every password locked (`*`); nothing is read from the host's shadow files."""
+    if rel.startswith("etc/shadow"):
+        day = int((host_root / "etc/passwd").stat().st_mtime // 86400)
+        rows = [f"{f[0]}:*:{day}:0:99999:7:::" for f in _entries(host_root / "etc/passwd")]
+    else:  # gshadow: name:password:admins:members
+        rows = [f"{f[0]}:*::{f[3]}" for f in _entries(host_root / "etc/group")]
+    return "".join(r + "\n" for r in rows)
+
+
+def _write_shadow_files(out: Path, host_root: Path) -> None:
+    gid = shadow_gid(host_root)
+    for rel in sorted(SANITIZE):
+        dst = out / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_text(synthesized(rel, host_root))
+        os.chown(dst, 0, gid if gid is not None else 0)
+        os.chmod(dst, 0o640)
 
 
 def _mirror_parents(out: Path, rel: str, host_root: Path) -> None:
@@ -229,11 +260,10 @@ def build_mask(out: Path, host_root: Path = Path("/")) -> None:
         _mirror_parents(out, rel, host_root)
         dst = out / rel
         st = os.lstat(host_root / rel)
-        text = ""
         if rel in SANITIZE:
-            try:
-                text = _sanitized((host_root / rel).read_text())
-            except (OSError, UnicodeDecodeError):
-                text = ""
-        dst.write_text(text)
+            continue  # synthesized below
+        dst.write_text("")
         _copy_meta(dst, st)
+    if (host_root / "etc/passwd").is_file():
+        _mirror_parents(out, "etc/shadow", host_root)
+        _write_shadow_files(out, host_root)

@@ -88,3 +88,17 @@ def test_cli_sandbox_run(tmp_path):
         timeout=60,
     )
     assert r.returncode == 124
+
+
+def test_run_adduser_in_build(tmp_path):
+    """`adduser` in a RUN (a real TB task's Dockerfile): groupadd rewrites the synthesized
+    /etc/gshadow, adduser chowns the home it made (env builds keep CAP_CHOWN, agents do not)."""
+    (tmp_path / "Dockerfile").write_text(
+        "FROM python:3.12-slim\n"
+        'RUN adduser --disabled-password --gecos "" t1_restricted && id t1_restricted\n'
+    )
+    layer = build_env(tmp_path / "Dockerfile", tmp_path, tmp_path / "cache")
+    with open_sandbox(SandboxSpec(env_layer=layer.path, host_workdir=tmp_path / "w")) as sb:
+        r = sb.exec("stat -c %U /home/t1_restricted; grep -c '^t1_restricted:!' /etc/shadow; "
+                    "chown t1_restricted /tmp 2>&1 | grep -c 'not permitted'")
+    assert r.output.split() == ["t1_restricted", "1", "1"], r.output

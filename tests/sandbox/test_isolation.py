@@ -145,6 +145,26 @@ def test_host_secrets_unreadable(host_secrets):
     assert "root:*:" in r.output  # a sanitized shadow stays usable (useradd works)
 
 
+def test_shadow_files_synthesized_locked_and_user_tools_work(tmp_path):
+    """/etc/shadow and /etc/gshadow are synthesized (every user/group locked, root:shadow 0640),
+    so shadow-utils work in the copy-on-write /etc; the host's /etc never changes."""
+    before = {f: sha(Path(f)) for f in ("/etc/passwd", "/etc/group")}
+    with open_sandbox(SandboxSpec(host_workdir=tmp_path / "w")) as s:
+        meta = s.exec("stat -c '%U:%G %a' /etc/shadow /etc/gshadow").output.split()
+        r = s.exec(
+            "groupadd t1grp && useradd -m -g t1grp t1user && passwd -l t1user >/dev/null && "
+            "echo OK; grep -c '' /etc/passwd; grep -c '' /etc/shadow; "
+            "cut -d: -f2 /etc/shadow /etc/gshadow | sort -u | tr '\\n' ' '; echo; "
+            "grep '^t1user:' /etc/shadow; grep '^t1grp:' /etc/gshadow"
+        ).output.splitlines()
+    assert meta == ["root:shadow", "640"] * 2
+    assert r[0] == "OK", r
+    assert r[1] == r[2]  # one shadow row per user
+    assert set(r[3].split()) <= {"*", "!"}, r[3]  # nothing but locked passwords
+    assert r[4].startswith("t1user:!") and r[5].startswith("t1grp:")
+    assert {f: sha(Path(f)) for f in before} == before
+
+
 def test_home_and_data_dirs_invisible(tmp_path):
     marker = Path("/root") / f".t1-visible-{os.urandom(4).hex()}"
     marker.write_text("x")

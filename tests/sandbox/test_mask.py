@@ -53,7 +53,7 @@ def test_mask_layer_contents(fake_root, tmp_path):
     out.mkdir()
     build_mask(out, fake_root)
     shadow = (out / "etc/shadow").read_text()
-    assert "HASHHASH" not in shadow and shadow.startswith("root:*:19000")
+    assert "HASHHASH" not in shadow and shadow.startswith("root:*:")
     assert (out / "etc/munge.key").read_text() == ""
     assert stat.S_IMODE((out / "etc/munge.key").stat().st_mode) == 0o600
     assert os.getxattr(out / "etc/ssl/private", "trusted.overlay.opaque") == b"y"
@@ -77,3 +77,20 @@ def test_mask_layer_is_cached_by_host_state(fake_root, tmp_path):
     b = mask_layer(cache, fake_root)
     assert b != a and host_key(fake_root) == b.name
     assert (b / "DONE").exists() and a.exists()  # the old one may still be in use
+
+
+def test_shadow_files_synthesized_from_passwd_and_group(fake_root, tmp_path):
+    (fake_root / "etc/passwd").write_text("root:x:0:0::/root:/bin/bash\nsvc:x:5:5::/:/bin/false\n")
+    (fake_root / "etc/group").write_text("root:x:0:\nshadow:x:42:\nsvc:x:5:alice\n")
+    (fake_root / "etc/gshadow").write_text("root:$6$GHASH::\n")  # the host's: never copied
+    (fake_root / "etc/gshadow").chmod(0o640)
+    out = tmp_path / "mask"
+    out.mkdir()
+    build_mask(out, fake_root)
+    for rel in ("etc/shadow", "etc/shadow-", "etc/gshadow", "etc/gshadow-"):  # - : none on host
+        st = (out / rel).stat()
+        assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 42, 0o640), rel
+    rows = [ln.split(":") for ln in (out / "etc/shadow").read_text().splitlines()]
+    assert [(r[0], r[1]) for r in rows] == [("root", "*"), ("svc", "*")] and "HASH" not in str(rows)
+    g = (out / "etc/gshadow").read_text()
+    assert g == "root:*::\nshadow:*::\nsvc:*::alice\n"
