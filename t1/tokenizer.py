@@ -67,7 +67,7 @@ QWEN35_PATTERN = (
 QWEN35_RANKS = 248044
 QWEN35_SPECIAL_START = 248044
 QWEN35_CACHE = Path("~/.cache/t1/qwen3.5-tokenizer")
-BPE_CACHE = Path("~/.cache/t1/bpe-tokenizer-v2")  # v2: the pinned generated corpus
+BPE_CACHE = Path("~/.cache/t1/bpe-tokenizer-v3")  # v3: the pinned generated corpus, paragraphs
 
 DEFAULT_VOCAB_SIZE = 4096
 CORPUS_RECORD = "corpus.json"  # what the tokenizer was trained on: sources, size, sha256
@@ -176,8 +176,12 @@ def generated_texts(n: int = 12000, seed: int = GENERATED_CORPUS_SEED) -> Iterat
 
     for i in range(n):
         kind = i % 6
-        if kind == 0:
-            yield f"{words(r.randint(6, 14)).capitalize()}. Write the {words(2)} to {path()}.\n"
+        if kind == 0:  # an instruction in paragraphs: blank lines ("\n\n") as chat turns have
+            yield (
+                f"# {words(r.randint(1, 3)).capitalize()}\n\n"
+                f"{words(r.randint(6, 14)).capitalize()}. Write the {words(2)} to {path()}.\n\n"
+                f"{words(r.randint(4, 10)).capitalize()}.\n"
+            )
         elif kind == 1:
             lines = [command() for _ in range(r.randint(1, 4))]  # a script: commands lead lines
             yield "\n".join(f"$ {c}" if r.random() < 0.5 else c for c in lines) + "\n"
@@ -337,9 +341,9 @@ def train_tokenizer(
 def bpe_tokenizer(cache_dir: str | Path | None = None) -> PreTrainedTokenizerFast:
     """The default trained BPE (default corpus, default vocabulary), trained once and cached."""
     cache_dir = Path(cache_dir or BPE_CACHE).expanduser()
-    if (cache_dir / "tokenizer.json").is_file():
-        return load_tokenizer(cache_dir)
-    return train_tokenizer(cache_dir)
+    if not (cache_dir / "tokenizer.json").is_file():
+        train_tokenizer(cache_dir)
+    return load_tokenizer(cache_dir)  # the same object either way (name_or_path = the cache)
 
 
 def tokenizer_from_config(cfg) -> PreTrainedTokenizerFast:

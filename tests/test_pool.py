@@ -10,7 +10,7 @@ import pytest
 
 from t1.synth import draft
 from t1.tasks.pool import PoolLoader, epoch_order
-from t1.tasks.pool_build import add_arguments, build_pool, main
+from t1.tasks.pool_build import add_arguments, build_pool, main, writer_lock_dir
 
 
 @pytest.fixture
@@ -128,6 +128,34 @@ def test_cli(tasks, tmp_path, capsys):
     add_arguments(p)
     assert main(p.parse_args(["--in", str(tasks), "--out", str(tmp_path / "pc")])) == 0
     assert "3 tasks of 6" in capsys.readouterr().out
+
+
+def test_a_second_pool_writer_is_refused_naming_the_holder(tasks, tmp_path, capsys):
+    """One writer per pool directory: while another process holds it, `t1 pool` exits 4 and
+    names that process; once it is gone the same command builds the pool."""
+    import argparse
+    import subprocess
+    import sys
+
+    out = tmp_path / "pool"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from t1.lock import hold_output; "
+         f"hold_output({str(writer_lock_dir(out))!r}, 'other writer'); print('held', flush=True); "
+         "time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        p = argparse.ArgumentParser()
+        add_arguments(p)
+        args = p.parse_args(["--in", str(tasks), "--out", str(out)])
+        assert main(args) == 4
+        assert f"pid {holder.pid}" in capsys.readouterr().err
+        assert not (out / "manifest.json").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(args) == 0 and (out / "manifest.json").is_file()
 
 
 def test_loader_shuffles_per_epoch_reproducibly(tasks, tmp_path):

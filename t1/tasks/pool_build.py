@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from t1.lock import LockHeld, hold_output
 from t1.records import write_json_atomic
 from t1.tasks.pool import MANIFEST, SCHEMA_VERSION
 
@@ -330,11 +331,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def writer_lock_dir(out: str | Path) -> Path:
+    """Where `t1 pool` holds its one-writer lock (t1/lock.py): beside the pool, since the pool
+    is built aside and renamed into place whole."""
+    out = Path(out)
+    return out.with_name(f".{out.name}.writer")
+
+
 def main(args: argparse.Namespace) -> int:
     from t1.config import Config, load_config
 
     cfg = load_config(args.config) if args.config else Config()
     threshold = cfg.synth.dedup_threshold if args.threshold is None else args.threshold
+    try:
+        hold_output(writer_lock_dir(args.out), "t1 pool")
+    except LockHeld as e:
+        print(f"t1 pool: {e}", file=sys.stderr)
+        return 4
     try:
         m = build_pool(
             args.inputs,

@@ -11,7 +11,14 @@ import pytest
 from tito_helpers import own_loop_turns
 
 from t1 import chat
-from t1.tito.stream import PROMPT, TitoError, _check_provenance, _Stream, assemble, assemble_or_abort
+from t1.tito.stream import (
+    PROMPT,
+    TitoError,
+    _check_provenance,
+    _Stream,
+    assemble,
+    assemble_or_abort,
+)
 from t1.trajectory import Status, Trajectory
 
 CALL = chat.tool_call_text("ls")
