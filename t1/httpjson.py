@@ -15,6 +15,7 @@ and `t1/synth/llm.py` call it; tests/test_httpjson.py runs it against a real loc
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -35,10 +36,13 @@ def post_json(
     *,
     timeout: float,
     error: type[Exception] = HTTPJSONError,
+    unreachable: type[Exception] | None = None,
     allow_empty: bool = False,
 ) -> Any:
     """POST `payload` as JSON to `url`; the decoded JSON answer (None for an empty body when
-    `allow_empty`). Raises `error(message)` on any failure."""
+    `allow_empty`). Raises `error(message)` on any failure; with `unreachable`, a host that did
+    not answer (refused, reset, timed out, cut short) raises that class instead, so a caller
+    can tell a dead server from a bad request (the rollout fleet does)."""
     request = urllib.request.Request(
         url,
         data=json.dumps(payload).encode(),
@@ -51,8 +55,8 @@ def post_json(
     except urllib.error.HTTPError as e:
         detail = e.read()[:DETAIL_BYTES].decode(errors="replace")
         raise error(f"{url}: HTTP {e.code}: {detail}") from None
-    except (urllib.error.URLError, OSError) as e:
-        raise error(f"{url}: {e}") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+        raise (unreachable or error)(f"{url}: {type(e).__name__}: {e}") from None
     if not raw.strip():
         if allow_empty:
             return None
@@ -68,5 +72,5 @@ def get_ok(url: str, timeout: float = 5.0) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             return r.status == 200
-    except (urllib.error.URLError, OSError):
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError):
         return False

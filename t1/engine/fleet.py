@@ -30,12 +30,8 @@ Failure paths (issue 13), each a counter in `stats()` and an event in `events`:
 
 from __future__ import annotations
 
-import http.client
-import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -44,6 +40,7 @@ from typing import Any, TypeVar
 
 from t1.engine.base import GenerateRequest, GenerateResult
 from t1.engine.sglang import EngineError, parse_response, request_body
+from t1.httpjson import get_ok, post_json
 
 T = TypeVar("T")
 
@@ -377,11 +374,7 @@ class Fleet:
         self._event("replica_down", rep, message=why)
 
     def _healthy(self, rep: Replica) -> bool:
-        try:
-            with urllib.request.urlopen(rep.url + "/health", timeout=self.health_timeout_s) as r:
-                return r.status == 200
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
+        return get_ok(rep.url + "/health", timeout=self.health_timeout_s)
 
     def _load(self, rep: Replica, path: str, version: str | None) -> None:
         body = {"model_path": path, "weight_version": version, "flush_cache": True}
@@ -411,26 +404,16 @@ class Fleet:
     # ------------------------------------------------------------ HTTP
 
     def _post(self, rep: Replica, path: str, payload: dict[str, Any], timeout: float) -> Any:
-        request = urllib.request.Request(
+        """An HTTP error is the request's fault (EngineError); no answer at all is the host's
+        (_Down: refused, reset, timed out, cut short)."""
+        return post_json(
             rep.url + path,
-            data=json.dumps(payload).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
+            payload,
+            timeout=timeout,
+            error=EngineError,
+            unreachable=_Down,
+            allow_empty=True,
         )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as r:
-                raw = r.read()
-        except urllib.error.HTTPError as e:  # it answered: an error of the request, not of the host
-            detail = e.read()[:500].decode(errors="replace")
-            raise EngineError(f"{rep.url}{path}: HTTP {e.code}: {detail}") from None
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
-            raise _Down(f"{type(e).__name__}: {e}") from None  # refused, reset, cut short
-        if not raw.strip():
-            return None
-        try:
-            return json.loads(raw)
-        except json.JSONDecodeError:
-            raise EngineError(f"{rep.url}{path}: not JSON: {raw[:200]!r}") from None
 
 
 def fleet_urls(cfg) -> list[str]:

@@ -174,15 +174,14 @@ def _payload_of(ckpt: Checkpoint) -> dict[str, Any]:
     return {**ckpt.meta, "trainer": state, "progress": ckpt.load("progress")}
 
 
-def build_trainer(cfg: Config, actor, critic, actor_lr: float | None = None) -> HFTrainer:
+def trainer_options(cfg: Config, actor_lr: float | None = None) -> dict:
+    """The keyword arguments every trainer backend takes from `cfg.ppo` (t1/train/protocol.py)."""
     p = cfg.ppo
     if p.load_balancing_coef != 0.0:
         raise ValueError(
             "ppo.load_balancing_coef must be 0: the load-balancing loss fights routing replay"
         )
-    return HFTrainer(
-        actor,
-        critic,
+    return dict(
         actor_lr=p.actor_lr if actor_lr is None else actor_lr,
         critic_lr=p.critic_lr,
         betas=(p.betas[0], p.betas[1]),
@@ -193,6 +192,10 @@ def build_trainer(cfg: Config, actor, critic, actor_lr: float | None = None) -> 
         forward_rows=p.minibatch,
         device=device_of(p.device),
     )
+
+
+def build_trainer(cfg: Config, actor, critic, actor_lr: float | None = None) -> HFTrainer:
+    return HFTrainer(actor, critic, **trainer_options(cfg, actor_lr))
 
 
 def device_of(name: str) -> str:

@@ -87,29 +87,17 @@ def build(cfg: Config, actor, critic, actor_lr: float | None = None):
         return build_trainer(cfg, actor, critic, actor_lr=actor_lr)
     from t1.train.megatron.runtime import Parallel
     from t1.train.megatron.trainer import MegatronTrainer
-    from t1.train.state import device_of
+    from t1.train.state import trainer_options
 
-    p, t = cfg.ppo, cfg.train
-    if p.load_balancing_coef != 0.0:
-        raise ValueError(
-            "ppo.load_balancing_coef must be 0: the load-balancing loss fights routing replay"
-        )
+    t = cfg.train
     return MegatronTrainer(
         actor,
         critic,
-        actor_lr=p.actor_lr if actor_lr is None else actor_lr,
-        critic_lr=p.critic_lr,
-        betas=(p.betas[0], p.betas[1]),
-        weight_decay=p.weight_decay,
-        max_grad_norm=p.max_grad_norm,
-        replay=p.replay,
-        seed=cfg.run.seed,
-        forward_rows=p.minibatch,
+        **trainer_options(cfg, actor_lr),
         parallel=Parallel(
             t.tensor_parallel, t.pipeline_parallel, t.expert_parallel, t.expert_tensor_parallel
         ),
         router_fusion=t.router_fusion,
         offload=t.offload,
         recompute=t.recompute,
-        device=device_of(p.device),
     )
