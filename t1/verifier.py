@@ -18,10 +18,12 @@ How a bwrap sandbox is verified (`_score_hardened`; t1.sandbox.compartment does 
    Survivors stay in the agent's namespaces, which never contain anything below.
 2. The tests are copied, on the host, into a fresh private dir; the report dir is another.
 3. The verifier runs in a new compartment (a second bwrap started from the host: new pid,
-   mount, ipc, uts namespaces, all capabilities dropped, a cgroup of its own killed whole at
+   mount, ipc, uts namespaces, all capabilities dropped but CAP_SETUID/CAP_SETGID (tests that
+   run the agent's program as an unprivileged user), a cgroup of its own killed whole at
    the end) over the agent's filesystem — its /usr, /etc, /var overlays, workdir, /logs,
-   tmp/root/home — and in the agent's network namespace when services survive. Bound over
-   it privately: /tests, /logs/verifier, the harness (read-only) and the host's own /usr and
+   tmp/root/home — and in the agent's network namespace when services survive. Its root is
+   a private overlay whose /tests is a fresh writable copy of the tests (the tests may move
+   it), over the agent's root; bound over it privately: /logs/verifier, the harness (read-only) and the host's own /usr and
    /etc (read-only, at /run/t1/host), an empty /etc/ld.so.preload, the host's nsswitch.conf.
 4. The harness: for a verifier that runs pytest over test files (the script names pytest and
    /tests has test_*.py), the task's script is NOT run; t1/verifier_harness.py runs pytest on
@@ -65,6 +67,8 @@ Not defended (and why):
   agent's /usr: a planted `cat` or `grep` can make such a script write 1. Only pytest
   verifiers get per-assertion outcomes from our harness; pools of binary verifiers are for
   critic warm-up, and their tasks get the names check (one "reward" assertion) only.
+* A test that moves /tests aside (lru-cache-with-cost-budget moves it to /tmp) puts the tests
+  where the agent's services can read them until they are moved back: the task's choice.
 * A program the tests run shares the harness's pid namespace and uid: it can SIGKILL pytest.
   The result is then an error (no end line), and an error is never rewarded; it cannot
   forge outcomes (no ptrace, no /proc/PID/fd: the runner is non-dumpable, no capabilities).

@@ -13,6 +13,7 @@ agent's own shell, as before the compartment existed) and shows forged rewards c
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -187,10 +188,13 @@ def test_tests_see_what_the_agent_left_in_tmp_root_and_home(tmp_path):
     assert r.error is None and (r.passed, r.total) == (4, 4), r.output[-1500:]
 
 
-def test_tests_may_rewrite_and_move_their_own_tests_dir(tmp_path):
+@pytest.mark.parametrize("rootfs", [False, True], ids=["tmpfs-root", "env-rootfs"])
+def test_tests_may_rewrite_and_move_their_own_tests_dir(tmp_path, rootfs):
     """/tests is the compartment's private writable copy, not a mount point: a real TB task
     (lru-cache-with-cost-budget) `shutil.move`s it aside around each run. Nothing of it
-    reaches the agent's filesystem, and a second verification starts from a fresh copy."""
+    reaches the agent's filesystem, and a second verification starts from a fresh copy.
+    Tests may drop to an unprivileged user for what they run (CAP_SETUID/SETGID kept,
+    TMPDIR world-writable), as android-piezo-haptic-* do."""
     import shutil
 
     from t1.tasks.env import open_task_sandbox, run_solution
@@ -198,6 +202,12 @@ def test_tests_may_rewrite_and_move_their_own_tests_dir(tmp_path):
 
     task_dir = tmp_path / "honest-moves-tests"
     shutil.copytree(ATTACKS / "honest", task_dir)
+    if rootfs:  # the agent's root is then an overlay: the private root stacks on it
+        with (task_dir / "environment" / "Dockerfile").open("a") as fh:
+            fh.write("RUN mkdir -p /srv/t1 && echo layer > /srv/t1/f\n")
+        with (task_dir / "tests" / "test_outputs.py").open("a") as fh:
+            fh.write("\n\ndef test_sees_the_agents_root():\n"
+                     "    assert Path('/srv/t1/f').read_text() == 'layer\\n'\n")
     with (task_dir / "tests" / "test_outputs.py").open("a") as fh:
         fh.write(
             "\n\ndef test_moves_tests_aside():\n"
@@ -208,16 +218,93 @@ def test_tests_may_rewrite_and_move_their_own_tests_dir(tmp_path):
             "    assert not os.path.exists('/tests')\n"
             "    shutil.move('/tmp/tests_hidden', '/tests')\n"
             "    assert Path('/tests/scratch').read_text() == 'x'\n"
+            "\n\ndef test_drops_to_an_unprivileged_user():\n"  # android-piezo-haptic-*
+            "    import os, pwd, subprocess, tempfile\n"
+            "    td = tempfile.mkdtemp()\n"
+            "    os.chmod(td, 0o755)\n"
+            "    Path(td, 'r.py').write_text('import os, tempfile; tempfile.mkstemp(); print(os.getuid())')\n"
+            "    os.chmod(Path(td, 'r.py'), 0o644)\n"
+            "    pw = pwd.getpwnam('nobody')\n"
+            "    def demote():\n"
+            "        os.setgid(pw.pw_gid); os.setgroups([]); os.setuid(pw.pw_uid)\n"
+            "    out = subprocess.run(['python3', f'{td}/r.py'], capture_output=True, text=True,\n"
+            "                         cwd=td, preexec_fn=demote)\n"
+            "    assert out.stdout.strip() == str(pw.pw_uid), out.stderr\n"
         )
     task = load_task(task_dir)
     with open_task_sandbox(task) as sb:
+        assert ("/" in sb.plan.overlays) == rootfs
         assert run_solution(task, sb) is None
         r = score_in_sandbox(task, sb)
         again = score_in_sandbox(task, sb)
         leak = sb.exec("ls -A /tests /tmp 2>/dev/null | grep -v :").output.split()
-    assert r.error is None and (r.passed, r.total) == (4, 4), r.output[-1500:]
-    assert again.error is None and (again.passed, again.total) == (4, 4), again.output[-1500:]
+    n = 6 if rootfs else 5
+    assert r.error is None and (r.passed, r.total) == (n, n), r.output[-1500:]
+    assert again.error is None and (again.passed, again.total) == (n, n), again.output[-1500:]
     assert leak == [], leak
+
+
+def _secret_digests() -> dict[str, str]:
+    """sha256 of every non-empty host secret under /etc and /usr (t1.sandbox.mask's sense)."""
+    import hashlib
+
+    from t1.sandbox.mask import secret_paths
+
+    files, _ = secret_paths()
+    out = {}
+    for rel in files:
+        if rel.split("/")[0] in ("etc", "usr"):
+            data = Path("/", rel).read_bytes()
+            if data:
+                out[rel] = hashlib.sha256(data).hexdigest()
+    return out
+
+
+def _secrets_task(tmp_path: Path, digests: dict[str, str]) -> Path:
+    import shutil
+
+    task_dir = tmp_path / "honest-reads-secrets"
+    shutil.copytree(ATTACKS / "honest", task_dir)
+    with (task_dir / "tests" / "test_outputs.py").open("a") as fh:
+        fh.write(
+            f"\n\nSECRETS = {digests!r}\n"
+            "\n\ndef test_no_host_secret_in_the_compartment():\n"
+            "    import hashlib\n"
+            "    seen = []\n"
+            "    for rel, digest in SECRETS.items():\n"
+            "        for where in ('/' + rel, '/run/t1/host/' + rel):\n"
+            "            try:\n"
+            "                data = Path(where).read_bytes()\n"
+            "            except OSError:\n"
+            "                continue\n"
+            "            if hashlib.sha256(data).hexdigest() == digest:\n"
+            "                seen.append(where)\n"
+            "    assert seen == []\n"
+        )
+    return task_dir
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="host secrets are unreadable to a non-root run anyway")
+def test_tests_see_no_host_secret_and_do_with_the_mask_switched_off(tmp_path, monkeypatch):
+    """The compartment's host view (/run/t1/host/{usr,etc}, the harness's own tools) carries
+    the mask layer's replacements: no host secret (shadow hashes, munge or ssh keys) is
+    readable by the tests or the agent code they run. Break it: without the mask binds the
+    same test sees the secrets."""
+    from t1.sandbox import compartment
+    from t1.tasks.env import open_task_sandbox, run_solution
+    from t1.verifier import score_in_sandbox
+
+    digests = _secret_digests()
+    if not digests:
+        pytest.skip("this host has no non-empty secret file under /etc or /usr")
+    task = load_task(_secrets_task(tmp_path, digests))
+    with open_task_sandbox(task) as sb:
+        assert run_solution(task, sb) is None
+        r = score_in_sandbox(task, sb)
+        monkeypatch.setattr(compartment, "masked_in_layer", lambda *a, **k: [])
+        broken = score_in_sandbox(task, sb)
+    assert r.error is None and (r.passed, r.total) == (4, 4), r.output[-1500:]
+    assert broken.error is None and (broken.passed, broken.total) == (3, 4), broken.output[-800:]
 
 
 def test_oracle_row_of_a_report_with_other_names_is_tampered(tmp_path):

@@ -25,8 +25,12 @@ binds the agent's filesystem (the /usr, /etc, /var overlays, the workdir, /tmp, 
 /logs) where the agent had it, and over it, privately: /logs/verifier (a fresh host dir), /run/t1/host/{usr,etc} (the host's own read-only
 system, for the harness), /run/t1/harness (runner, pytest site; read-only), an empty
 /etc/ld.so.preload and the host's /etc/nsswitch.conf (both are read by the dynamic loader
-and libc of every process, the harness included). All capabilities dropped, a cgroup of its
-own (killed whole when the verifier ends), `--die-with-parent`.
+and libc of every process, the harness included). All capabilities dropped but CAP_SETUID
+and CAP_SETGID (as root: tests may run the agent's program as a task's unprivileged user, e.g.
+android-piezo-haptic-*; neither reaches the harness: reading its fds or memory needs
+CAP_SYS_PTRACE, it is non-dumpable), /run/t1 searchable and the harness's TMPDIR sticky
+world-writable like /tmp, a cgroup of its own (killed whole when the verifier ends),
+`--die-with-parent`.
 
 Its root is private (as root; `private_root`): an overlay mounted on the host whose top layer
 holds a fresh copy of the task's tests as an opaque /tests, over the agent's root (when it
@@ -49,6 +53,7 @@ import os
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -277,6 +282,33 @@ def stop_agent(cg: Cgroup | None, launcher_pid: int | None, rounds: int = 200) -
 # --------------------------------------------------------------------------- the compartment
 
 
+def masked_in_layer(mask_dir: Path, host_root: Path, tops: tuple[str, ...]) -> list[str]:
+    """Paths (relative to the root) under `tops` that the mask layer replaces because the host's
+    own is a secret (not world-readable): the layer's empty file or opaque directory is bound
+    over each. The layer is small (it holds only replacements and their parents), so walking it
+    costs nothing next to `mask.secret_paths`' walk of the host."""
+    out: list[str] = []
+    for top in tops:
+        base = mask_dir / top
+        for dirpath, dirnames, filenames in os.walk(base):
+            keep = []
+            for name in [*dirnames, *filenames]:
+                rel = os.path.relpath(os.path.join(dirpath, name), mask_dir)
+                try:
+                    st = os.lstat(host_root / rel)
+                except OSError:
+                    continue  # the layer's own files (synthesized, SANDBOX_FILES): not a secret
+                if stat.S_ISLNK(st.st_mode):
+                    continue
+                if not maskmod.world_readable(st):
+                    out.append(rel)
+                elif name in dirnames:
+                    keep.append(name)
+            dirnames[:] = keep
+    return sorted(out)
+
+
+
 def compartment_args(
     plan,
     spec,
@@ -288,14 +320,20 @@ def compartment_args(
     site_dir: Path | None = None,
     host_root: Path = Path("/"),
     root_dir: Path | None = None,
+    mask_dir: Path | None = None,
 ) -> list[str]:
     """bwrap argv of the verifier compartment over the agent sandbox `plan` (pure).
+
+    mask_dir: the secrets mask layer (t1.sandbox.mask); its replacements are bound over the
+    host view's secrets (HOST_VIEW/{usr,etc}), so the tests see no host secret there either.
 
     root_dir: the private root (`private_root`'s merged dir, /tests inside); else the agent's
     root (if any) and /tests a bind of `tests_dir`."""
     from t1.sandbox.bwrap import host_symlinks
 
     a = ["bwrap", "--die-with-parent", "--cap-drop", "ALL"]
+    if as_root:  # tests may drop to a task's unprivileged user (preexec setgid/setuid)
+        a += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     a += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     if not share_net:
         a.append("--unshare-net")
@@ -332,9 +370,15 @@ def compartment_args(
     a += ["--bind", str(vlogs_dir), "/logs/verifier"]
     if root_dir is None:
         a += ["--bind", str(tests_dir), "/tests"]
+    # /run/t1 searchable and the harness's TMPDIR world-writable (sticky) as /tmp is: tests
+    # that drop to an unprivileged user run their temp files from there
+    a += ["--perms", "0755", "--dir", "/run/t1"]
     a += ["--ro-bind", str(host_root / "usr"), f"{HOST_VIEW}/usr"]
     a += ["--ro-bind", str(host_root / "etc"), f"{HOST_VIEW}/etc"]
-    a += ["--ro-bind", str(harness_dir), HARNESS_INSIDE, "--dir", TMP_INSIDE]
+    if mask_dir is not None:
+        for rel in masked_in_layer(mask_dir, host_root, ("usr", "etc")):
+            a += ["--ro-bind", str(mask_dir / rel), f"{HOST_VIEW}/{rel}"]
+    a += ["--ro-bind", str(harness_dir), HARNESS_INSIDE, "--perms", "1777", "--dir", TMP_INSIDE]
     if site_dir is not None:
         a += ["--ro-bind", str(site_dir), f"{HARNESS_INSIDE}/site"]
     a += ["--ro-bind", "/dev/null", "/etc/ld.so.preload"]
@@ -436,6 +480,7 @@ def _run(sandbox, argv, env, tests_dir, vlogs_dir, harness_dir, timeout, netns_f
     inner = compartment_args(
         sandbox.plan, sandbox.spec, as_root, tests_dir, vlogs_dir, harness_dir, share_net,
         site_dir, root_dir=proot.merged if proot is not None else None,
+        mask_dir=maskmod.mask_layer() if as_root else None,
     )  # fmt: skip
     inner[0] = _which("bwrap")
     r_fd, w_fd = os.pipe()

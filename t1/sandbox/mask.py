@@ -101,9 +101,13 @@ def mask_layer(cache: Path | None = None, host_root: Path = Path("/")) -> Path:
     return out
 
 
-def _world_ok(st: os.stat_result) -> bool:
+def world_readable(st: os.stat_result) -> bool:
+    """Readable (and, for a directory, searchable) by anyone: not a secret."""
     need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else 0)
     return st.st_mode & need == need
+
+
+_world_ok = world_readable
 
 
 def secret_paths(host_root: Path = Path("/")) -> tuple[list[str], list[str]]:
