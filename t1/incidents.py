@@ -6,8 +6,9 @@
 
 Checkpoints that are partial or corrupt (t1.ckpt), children that hung or died and were
 restarted, signals that asked a segment to stop (t1.supervise) all land here. Each line has
-`schema_version`, `time` (Unix seconds), `kind`, `status` ("handled" unless given) and the
-fields given; each is written with one `write()` on an O_APPEND descriptor, so concurrent
+`schema_version`, `time` (Unix seconds), `kind`, `attempt` (the campaign invocation that saw
+it: $T1_LOG_ATTEMPT, which the workflow sets, as in the `logs/<rule>/attempt-N.log` names; 1
+outside it), `status` ("handled" unless given) and the fields given; each is written with one `write()` on an O_APPEND descriptor, so concurrent
 writers never interleave inside a line. `read_incidents(path)` skips a torn last line.
 `t1 report` lists them.
 """
@@ -26,6 +27,17 @@ from t1.records import append_json_line
 SCHEMA_VERSION = 1
 
 
+ATTEMPT_ENV = "T1_LOG_ATTEMPT"
+
+
+def current_attempt() -> int:
+    """This campaign invocation's attempt number ($T1_LOG_ATTEMPT; 1 when unset or bad)."""
+    try:
+        return max(1, int(os.environ.get(ATTEMPT_ENV, "1")))
+    except ValueError:
+        return 1
+
+
 class IncidentLog:
     """Append-only JSON-lines log; `path=None` logs nowhere (callers need no `if`)."""
 
@@ -35,6 +47,7 @@ class IncidentLog:
 
     def write(self, kind: str, **fields: Any) -> dict[str, Any]:
         record = {"schema_version": SCHEMA_VERSION, "time": time.time(), "kind": kind}
+        record["attempt"] = current_attempt()
         record["status"] = fields.pop("status", "handled")
         record.update(fields)
         if self.path is None:

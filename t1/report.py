@@ -101,7 +101,10 @@ def render(run_dir: Path, out: Path) -> str:
     if manifest.exists():
         reward = json.loads(manifest.read_text()).get("reward")
         if reward:
-            lines += [f"Reward: `{reward['kind']}`, scale {reward['scale']:g} (fixed for the run).", ""]
+            lines += [
+                f"Reward: `{reward['kind']}`, scale {reward['scale']:g} (fixed for the run).",
+                "",
+            ]
     lines += ["## Events", "", "| event | steps | redone | sources |", "|---|---|---|---|"]
     for kind, evs in sorted(events.items()):
         sources = sorted({e["_source"].split("/")[0] for e in evs})
@@ -113,8 +116,24 @@ def render(run_dir: Path, out: Path) -> str:
 
     lines += report_section(run_dir)
     if ppo:
-        keys = [k for k in ("step", "reward_mean", "resolved_rate", "gap", "gap_ema", "explained_variance",
-                            "value_loss", "policy_loss", "clip_fraction", "entropy", "tokens_per_s", "step_time_s") if any(k in e for e in ppo)]
+        keys = [
+            k
+            for k in (
+                "step",
+                "reward_mean",
+                "resolved_rate",
+                "gap",
+                "gap_ema",
+                "explained_variance",
+                "value_loss",
+                "policy_loss",
+                "clip_fraction",
+                "entropy",
+                "tokens_per_s",
+                "step_time_s",
+            )
+            if any(k in e for e in ppo)
+        ]
         lines += ["## PPO steps", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
         for ev in ppo:
             cells = [_fmt(ev.get(k)) for k in keys]
@@ -126,7 +145,12 @@ def render(run_dir: Path, out: Path) -> str:
             lines += [f"![{path.stem}]({path.name})", ""]
     evals = sorted(run_dir.rglob("eval.json"))
     if evals:
-        lines += ["## Evaluations", "", "| label | trajectories | resolved | 95% CI (Wilson) | pass@k | mean reward | mean turns |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            "## Evaluations",
+            "",
+            "| label | trajectories | resolved | 95% CI (Wilson) | pass@k | mean reward | mean turns |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for path in evals:
             doc = json.loads(path.read_text())
             o = doc["summary"]["overall"]
@@ -161,7 +185,9 @@ def collect_incidents(run_dir: Path) -> list[dict[str, Any]]:
     for path in sorted(run_dir.rglob("incidents.jsonl")):
         for rec in read_incidents(path):
             key = json.dumps(
-                {k: v for k, v in rec.items() if k != "time"}, sort_keys=True, default=str
+                {k: v for k, v in rec.items() if k not in ("time", "attempt")},
+                sort_keys=True,
+                default=str,
             )
             if key in seen:
                 continue
@@ -170,7 +196,7 @@ def collect_incidents(run_dir: Path) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: r.get("time") or 0)
 
 
-_INCIDENT_KEYS = ("kind", "step", "path", "child", "problem", "error", "action")
+_INCIDENT_KEYS = ("kind", "attempt", "step", "path", "child", "problem", "error", "action")
 
 
 def incidents_section(run_dir: Path) -> list[str]:

@@ -7,7 +7,7 @@ from t1.metrics_log import MetricsLog
 from t1.report import render
 
 
-def test_each_step_once_with_redone_marks_and_incidents_listed(tmp_path):
+def test_each_step_once_with_redone_marks_and_incidents_listed(tmp_path, monkeypatch):
     run = tmp_path / "run"
     for s in range(3):
         with MetricsLog(run / f"ppo/steps/step_{s:06d}/train", tensorboard=False) as log:
@@ -19,7 +19,8 @@ def test_each_step_once_with_redone_marks_and_incidents_listed(tmp_path):
             for s in attempt_steps:
                 log.write("sft_step", s, loss=1.0)
     bad = run / "ppo/steps/step_000001/train/ckpt/step_00000002"
-    for _ in range(2):  # reported by two attempts: listed once
+    for attempt in ("1", "2"):  # reported by two attempts: listed once, the first's
+        monkeypatch.setenv("T1_LOG_ATTEMPT", attempt)
         IncidentLog(run / "ppo/steps/step_000001/train/incidents.jsonl").write(
             "checkpoint_corrupt", path=str(bad), step=2, problem="actor: sha256 mismatch"
         )
@@ -33,4 +34,5 @@ def test_each_step_once_with_redone_marks_and_incidents_listed(tmp_path):
     assert "| ppo_step | 3 | 1 |" in text and "| sft_step | 4 | 1 |" in text
     incidents = text.split("## Incidents")[1]
     assert incidents.count("checkpoint_corrupt") == 1
+    assert "| checkpoint_corrupt | 1 | 2 |" in incidents  # kind, attempt, step
     assert incidents.count("checkpoint_fallback") == 1 and "redid step 1" in incidents
