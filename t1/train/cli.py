@@ -43,6 +43,9 @@ DIR/ckpt but no DONE.json continues from the newest one (sft saves every `sft.sa
 steps, critic warm-up every `critic_warmup.save_every`); otherwise the stage starts from
 --from. On SIGUSR2 / SIGTERM (t1 supervise, Slurm) sft and critic_warmup save a checkpoint
 at the next optimizer-step boundary and exit 75; a ppo step (short) is finished first.
+Above world size 1 (`torchrun --nproc-per-node N -m t1.cli train --stage ppo ...`, train.backend
+megatron): every rank loads the same rows and trains its share; rank 0 holds the lock and writes
+metrics.jsonl, DONE.json, actor/ and critic/; checkpoints are per rank (t1/train/megatron/stage.py).
 Exit codes: 0 done (or --max-steps reached), 2 bad arguments/config, 3 input records missing,
 malformed or without a trainable trajectory, 4 another writer holds DIR, 5 checkpoints exist but
 none is usable (see --restart-stage), 75 stopped by a signal (rerun to resume).
@@ -51,6 +54,7 @@ none is usable (see --restart-stage), 75 stopped by a signal (rerun to resume).
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 STAGES = ("sft", "critic_warmup", "ppo")
@@ -105,7 +109,8 @@ def main(args: argparse.Namespace) -> int:
     from t1.train.state import UnusableCheckpoints, check_fresh_start
 
     try:  # one writer per output directory, inherited by anything this process starts
-        hold_output(args.out, f"t1 train --stage {args.stage}")
+        if int(os.environ.get("RANK", "0")) == 0:  # torchrun: rank 0 holds it for all ranks
+            hold_output(args.out, f"t1 train --stage {args.stage}")
     except LockHeld as e:
         print(f"t1 train: {e}")
         return 4

@@ -24,6 +24,10 @@ steps on their recorded rollouts - the same RNG states, the same rows, so the sa
 numbers stay. Each redo is a `checkpoint_fallback` incident in DIR/incidents.jsonl (outside
 DIR/ckpt, so pruning keeps it; `t1 report` lists it). A chain that cannot be rebuilt (no
 step.json, inputs gone) is an error naming the checkpoints, never a fresh start.
+
+Under torchrun (WORLD_SIZE > 1, train.backend megatron only) every rank runs this on the same
+rows; checkpoints are per rank (t1.train.megatron.stage), rank 0 writes step.json, metrics,
+DONE.json and the HF export; a checkpoint of another layout is refused (exit 5).
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ from typing import Any
 from t1.ckpt import list_step_dirs
 from t1.config import Config
 from t1.incidents import IncidentLog
-from t1.metrics_log import MetricsLog
 from t1.policy import Critic, load_policy, torch_dtype
 from t1.records import write_json_atomic
 from t1.supervise.child import EXIT_REQUEUE, heartbeat
@@ -44,7 +47,8 @@ from t1.train.batch import collate
 from t1.train.critic_warmup import recalibrate
 from t1.train.data import DataError, load_rows
 from t1.train.megatron.plan import build as build_trainer  # train.backend: hf | megatron
-from t1.train.state import StageDir, load_tokenizer_for
+from t1.train.megatron.stage import LayoutChanged, lead, metrics_log, open_stage_dir, world_size
+from t1.train.state import load_tokenizer_for
 from t1.train.step import ppo_step
 
 
@@ -126,7 +130,7 @@ def state_after(cfg: Config, step_dir: Path, incidents: IncidentLog, depth: int 
     """(trainer, progress) as they were right after the PPO step in `step_dir` finished: its
     newest good checkpoint, or - when that is corrupt or gone - the state after the step
     before it (recursively) with this step redone on its recorded rollouts."""
-    payload = StageDir(step_dir, "ppo").load()
+    payload = open_stage_dir(step_dir, "ppo").load()  # per-rank above world size 1
     if payload is not None:
         trainer, progress = _resumed(cfg, step_dir, payload)
         progress["done"] = False
@@ -162,31 +166,44 @@ def state_after(cfg: Config, step_dir: Path, incidents: IncidentLog, depth: int 
 
 
 def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
-    out = StageDir(args.out, "ppo", keep=cfg.campaign.keep_checkpoints)
+    out = open_stage_dir(args.out, "ppo", keep=cfg.campaign.keep_checkpoints)
     if out.done():
         print(f"t1 train ppo: {out.done_file} exists; nothing to do")
         return 0
+    if world_size() > 1 and cfg.train.backend != "megatron":
+        print(
+            f"t1 train ppo: world size {world_size()} (torchrun) needs train.backend megatron, "
+            f"got {cfg.train.backend!r} (the hf trainer is one process)"
+        )
+        return 2
     source = Path(args.source)
-    write_json_atomic(
-        out.path / STEP_RECORD,
-        {"inputs": [str(Path(i).resolve()) for i in args.inputs], "source": str(source.resolve()),
-         "critic": str(Path(args.critic).resolve()) if args.critic else None,
-         "tokenizer": str(Path(args.tokenizer).resolve()) if args.tokenizer else None},
-    )  # fmt: skip
-    own = out.load()
+    if lead():  # torchrun: rank 0 writes the stage's files, every rank trains
+        write_json_atomic(
+            out.path / STEP_RECORD,
+            {"inputs": [str(Path(i).resolve()) for i in args.inputs],
+             "source": str(source.resolve()),
+             "critic": str(Path(args.critic).resolve()) if args.critic else None,
+             "tokenizer": str(Path(args.tokenizer).resolve()) if args.tokenizer else None},
+        )  # fmt: skip
+    try:
+        own = out.load()
+        if own is not None and own["progress"].get("done"):
+            trainer, progress = _resumed(cfg, source, own)
+    except LayoutChanged as e:
+        print(f"t1 train ppo: {e}")
+        return 5
     if own is not None and own["progress"].get("done"):
-        trainer, progress = _resumed(cfg, source, own)
         trainer.save_weights(out.path)
         out.finish({"step": progress["step"] - 1, "resumed": True})
         return 0
-    incidents = IncidentLog(out.incidents)
+    incidents = IncidentLog(out.incidents if lead() else None)
     try:
         if _stage_of(source) == "ppo":
             trainer, progress = state_after(cfg, source, incidents)
         else:
             trainer, progress = _fresh(cfg, source, args.critic)
         rows, stats = _rows(cfg, args.inputs, args.tokenizer)
-    except ChainBroken as e:
+    except (ChainBroken, LayoutChanged) as e:
         print(f"t1 train ppo: {e}")
         return 5
     except DataError as e:
@@ -195,7 +212,7 @@ def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
     if stop is not None and stop.requested:
         return EXIT_REQUEUE
     step = progress["step"]
-    with MetricsLog(out.path) as log:
+    with metrics_log(out.path) as log:  # rank 0's only above world size 1
         metrics = _train(trainer, cfg, progress, rows, stats)
         log.write("ppo_step", step, **metrics)
         heartbeat()

@@ -18,7 +18,9 @@ from __future__ import annotations
 import torch
 
 
-def install() -> None:
+def install(recompute: bool = True) -> None:
+    """recompute=False: only the device shim (no megatron-core import: a launch that refuses
+    before building a model stays fast); enough without activation recompute."""
     if torch.cuda.is_available() or getattr(torch.cuda.current_device, "t1_cpu_shim", False):
         return
 
@@ -27,6 +29,8 @@ def install() -> None:
 
     current_device.t1_cpu_shim = True
     torch.cuda.current_device = current_device
+    if not recompute:
+        return
     from megatron.core.tensor_parallel import random as mrandom
 
     mrandom._get_cuda_rng_state = lambda *a, **k: torch.empty(0, dtype=torch.uint8)

@@ -9,7 +9,8 @@ Modules: `runtime` (distributed init, the megatron-core compatibility fix, the C
 `RouterReplay`), `trainer` (`MegatronTrainer`, the `t1.train.protocol.Trainer` of this backend),
 `plan` (the memory plan checked before launch; actor/critic offload in turn), `dataparallel`
 (rows per DP rank, gradient reduction, global grad norm), `checkpoint` (one file per rank in
-t1.ckpt's atomic protocol).
+t1.ckpt's atomic protocol), `stage` (the PPO stage's directory under torchrun: per-rank
+checkpoints, rank 0 writes).
 
 Families. `model.arch: qwen3_moe` (full attention, Qwen3-MoE) is built and proven equal to the
 hf backend. `qwen3_5_moe` (Qwen3.5: 3 of every 4 layers Gated DeltaNet linear attention, gated

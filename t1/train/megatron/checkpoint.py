@@ -4,6 +4,7 @@ atomic protocol (a checkpoint counts only when its completion marker exists).
     from t1.train.megatron import checkpoint as MC
     MC.save(trainer, "OUT/ckpt", step, progress={"step": step})   # every rank calls it
     got = MC.load(trainer, "OUT/ckpt")                             # every rank; None if none
+    MC.restore(trainer, checkpoint)            # every rank, from one t1.ckpt.Checkpoint
 
 Format: ROOT/step_N/rank_RRRRR.bin (a torch file: this rank's actor and critic shards in
 megatron names (convert.local_state), both optimizers' state, its RNG states, the shuffling
@@ -42,6 +43,10 @@ from t1.rng import capture_rng, restore_rng
 SCHEMA_VERSION = 1
 
 
+class LayoutChanged(ValueError):
+    """A checkpoint saved under another parallel layout; the message names both."""
+
+
 def layout(trainer) -> dict[str, int]:
     p = trainer.par
     return {"world": dist.get_world_size(), "tp": p.tp, "pp": p.pp, "ep": p.ep, "etp": p.etp}
@@ -78,7 +83,7 @@ def load_local_state(trainer, state: dict[str, Any], where: str) -> None:
     if state.get("schema_version") != SCHEMA_VERSION or state.get("backend") != "megatron":
         raise ValueError(f"{where}: not a megatron rank checkpoint of schema {SCHEMA_VERSION}")
     if state["layout"] != layout(trainer):
-        raise ValueError(
+        raise LayoutChanged(
             f"{where}: saved with layout {state['layout']}, this run is {layout(trainer)}; "
             "resume with the same world size and parallel sizes (or start from the HF weights)"
         )
@@ -95,9 +100,14 @@ def load_local_state(trainer, state: dict[str, Any], where: str) -> None:
 
 
 def save(
-    trainer, root: str | os.PathLike[str], step: int, progress: dict[str, Any] | None = None
+    trainer,
+    root: str | os.PathLike[str],
+    step: int,
+    progress: dict[str, Any] | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> Path:
-    """Write ROOT/step_N collectively (every rank calls it); returns the directory."""
+    """Write ROOT/step_N collectively (every rank calls it); returns the directory. `meta`:
+    more keys for the manifest's meta (the stage's, t1.train.megatron.stage)."""
     rank = dist.get_rank()
     box = [str(begin_checkpoint(root, step)) if rank == 0 else None]
     dist.broadcast_object_list(box, src=0)
@@ -115,7 +125,12 @@ def save(
             root,
             step,
             tmp,
-            meta={"backend": "megatron", "layout": layout(trainer), "progress": progress or {}},
+            meta={
+                **(meta or {}),
+                "backend": "megatron",
+                "layout": layout(trainer),
+                "progress": progress or {},
+            },
         )
         out = [str(got.path)]
     dist.broadcast_object_list(out, src=0)  # no rank returns before the marker exists
@@ -128,6 +143,18 @@ def load(trainer, root: str | os.PathLike[str]) -> Checkpoint | None:
     ckpt = latest_complete(root, verify="size")
     if ckpt is None:
         return None
+    restore(trainer, ckpt)
+    return ckpt
+
+
+def restore(trainer, ckpt: Checkpoint) -> None:
+    """Restore this rank's state from the complete checkpoint `ckpt` (every rank calls it)."""
+    if ckpt.meta.get("layout") != layout(trainer):
+        raise LayoutChanged(
+            f"{ckpt.path}: saved with layout {ckpt.meta.get('layout')}, this run is "
+            f"{layout(trainer)}; resume with the same world size and parallel sizes (or start "
+            "from the HF weights)"
+        )
     name = rank_file(dist.get_rank())[: -len(".bin")]
     if name not in ckpt.parts:
         raise ValueError(
@@ -139,4 +166,3 @@ def load(trainer, root: str | os.PathLike[str]) -> Checkpoint | None:
         raise ValueError(f"{ckpt.path / (name + '.bin')}: sha256 differs from the manifest")
     state = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=False)
     load_local_state(trainer, state, str(ckpt.path / f"{name}.bin"))
-    return ckpt

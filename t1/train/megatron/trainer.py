@@ -23,8 +23,9 @@ rank works on its share of the rows (dataparallel.py). Under `torchrun --nproc-p
 State: at world size 1 `state_dict` holds actor and critic in HF names (readable by either
 backend), both optimizers, RNG, the shuffling generator, counters; at any world size
 `checkpoint.py` writes one file per rank (its shard, its optimizer state, its RNG) inside
-t1.ckpt's atomic protocol. The conversion is exact, so resume is bit-identical in deterministic
-mode.
+t1.ckpt's atomic protocol (`t1 train --stage ppo` under torchrun: stage.py), and above world
+size 1 `load_state_dict` takes such a checkpoint ({"checkpoint": t1.ckpt.Checkpoint}). The
+conversion is exact, so resume is bit-identical in deterministic mode.
 
 Co-residence: actor and critic live on the same devices; with `offload=True` the role not in
 use is moved (weights and optimizer state) to the CPU between calls (`Residency`), so each role
@@ -370,9 +371,15 @@ class MegatronTrainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.world > 1:
-            raise NotImplementedError(
-                "MegatronTrainer.load_state_dict above world size 1: use checkpoint.load"
-            )
+            if "checkpoint" not in state:
+                raise NotImplementedError(
+                    "MegatronTrainer.load_state_dict above world size 1 takes a per-rank "
+                    "checkpoint (t1.train.megatron.stage.ShardedStageDir.load; checkpoint.load)"
+                )
+            from t1.train.megatron import checkpoint as MC
+
+            MC.restore(self, state["checkpoint"])
+            return
         if state.get("schema_version") != SCHEMA_VERSION or state.get("backend") != "megatron":
             raise ValueError(
                 f"trainer state: backend {state.get('backend', 'hf')!r} schema "
