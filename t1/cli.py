@@ -11,7 +11,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+# Reproducible CPU math (set before any subcommand imports torch, which loads MKL): by default
+# MKL may use fewer threads than asked when the machine is busy (MKL_DYNAMIC), and a matmul
+# split over fewer threads can differ in the last bit. Suspected cause of a one-ulp difference
+# (in the larger matmuls only) between a redone PPO step and the uninterrupted run, seen once in
+# the crash/resume e2e test on a loaded machine. `run.deterministic` promises bit-identical
+# reruns, so every t1 process keeps the thread count it asked for; an environment that sets
+# MKL_DYNAMIC explicitly wins.
+os.environ.setdefault("MKL_DYNAMIC", "FALSE")
 
 # name -> (module, one-line help). Keep sorted by pipeline stage.
 COMMANDS: dict[str, tuple[str, str]] = {
