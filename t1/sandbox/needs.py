@@ -37,9 +37,10 @@ paths -> `unparsed` (reported, never provisioned). Installers we do not provisio
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from t1.sandbox.shellwords import logical_lines, simple_commands, strip_prefix, tool_name
 
 PHASES = ("build", "solution", "verifier")
 _PIP_VALUE_OPTS = {
@@ -57,10 +58,6 @@ _PIP_VALUE_OPTS = {
     "--with", "-w", "--with-requirements", "--from", "--with-editable", "--env-file",
 }  # fmt: skip
 _APT_VALUE_OPTS = {"-o", "--option", "-t", "--target-release", "-c", "--config-file", "-a"}
-_PREFIX_WORDS = {"sudo", "env", "time", "exec", "command", "nohup", "nice", "xargs", "then",
-                 "do", "else", "!", "{", "(", "timeout", "stdbuf"}  # fmt: skip
-_OPS = {"&&", "||", ";", "|", "&", ";;", "(", ")", "|&", "{", "}"}
-_REDIR = re.compile(r"^\d*(>>?|<<?<?|>&|<&|&>>?)")
 _UNSUPPORTED = {"npm": "npm", "pnpm": "npm", "yarn": "npm", "cargo": "cargo", "go": "go",
                 "gem": "gem", "conda": "conda", "mamba": "conda", "micromamba": "conda"}  # fmt: skip
 _UV_INSTALLER = re.compile(r"https?://\S*/uv(/[0-9][^/\s]*)?/install\.sh")
@@ -162,83 +159,6 @@ def task_image_python(task) -> str | None:  # noqa: ANN001 - t1.tasks.Task
     return image_python(image)
 
 
-# -- shell ------------------------------------------------------------------------------------
-
-
-def logical_lines(text: str) -> list[tuple[int, str]]:
-    """(first line number, text) with `\\` continuations joined and whole-line comments dropped."""
-    out: list[tuple[int, str]] = []
-    buf: list[str] = []
-    start = 0
-    for i, raw in enumerate(text.splitlines(), 1):
-        if not buf:
-            start = i
-            if raw.lstrip().startswith("#"):
-                continue
-        if raw.rstrip().endswith("\\"):
-            buf.append(raw.rstrip()[:-1])
-            continue
-        buf.append(raw)
-        line = " ".join(b.strip() for b in buf).strip()
-        buf = []
-        if line:
-            out.append((start, line))
-    if buf:
-        out.append((start, " ".join(b.strip() for b in buf).strip()))
-    return out
-
-
-def simple_commands(line: str) -> list[list[str]]:
-    """Split one logical line into simple commands (words), dropping operators and redirections.
-
-    Raises ValueError when the shell lexer cannot split it (unbalanced quotes).
-    """
-    line = re.sub(r"(?<![\w$=-])\d+(?=[<>])", " ", line)  # `2>/dev/null`: the fd number
-    lex = shlex.shlex(line, posix=True, punctuation_chars=";&|()<>")
-    lex.whitespace_split = True
-    lex.commenters = "#"
-    cmds: list[list[str]] = [[]]
-    skip_next = False
-    for tok in lex:
-        if skip_next:
-            skip_next = False
-            continue
-        if tok in _OPS:
-            cmds.append([])
-            continue
-        if tok and set(tok) <= set("<>&"):
-            skip_next = True  # a redirection: its target follows
-            continue
-        if _REDIR.match(tok) and tok.rstrip("0123456789") in ("", ">", "<"):
-            skip_next = True
-            continue
-        cmds[-1].append(tok)
-    return [c for c in cmds if c]
-
-
-def _strip_prefix(words: list[str]) -> list[str]:
-    i = 0
-    while i < len(words):
-        w = words[i]
-        if w in _PREFIX_WORDS or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w):
-            i += 1
-        elif words[i - 1 : i] == ["timeout"] or (
-            i and words[i - 1] == "nice" and w.startswith("-")
-        ):
-            i += 1
-        elif w.startswith("-") and i and words[i - 1] in ("env", "sudo", "timeout", "nice"):
-            i += 1
-        elif re.fullmatch(r"\d+[smhd]?", w) and i and words[i - 1] == "timeout":
-            i += 1
-        else:
-            break
-    return words[i:]
-
-
-def _tool(word: str) -> str:
-    return word.rsplit("/", 1)[-1]
-
-
 class _Reader:
     """Collects needs from the commands of one script."""
 
@@ -274,12 +194,12 @@ class _Reader:
                     self.out.unparsed.append(Issue(src, phase, line, f"shell lexer: {e}"))
                 continue
             for words in cmds:
-                self.command(_strip_prefix(words), src, phase, line)
+                self.command(strip_prefix(words), src, phase, line)
 
     def command(self, w: list[str], src: str, phase: str, line: str) -> None:
         if not w:
             return
-        t = _tool(w[0])
+        t = tool_name(w[0])
         if re.fullmatch(r"pip(3(\.\d+)?)?", t) and len(w) > 1:
             self.pip(w[1:], src, phase, line)
         elif re.fullmatch(r"python(3(\.\d+)?)?", t) and w[1:3] == ["-m", "pip"]:
