@@ -11,6 +11,7 @@ rule report:
         ),
     output:
         report=f"{RESULTS}/{{run}}/report.md",
+        html=f"{RESULTS}/{{run}}/report.html",
         summary=f"{RESULTS}/{{run}}/summary.json",
     log:
         f"{RESULTS}/{{run}}/logs/report/attempt-{ATTEMPT}.log",
