@@ -127,13 +127,3 @@ def test_router_fusion_with_replay_is_refused(built):
     actor, _, _ = built
     with pytest.raises(ValueError, match="router_fusion"):
         transformer_config(actor.config, replay=True, router_fusion=True)
-
-
-def test_qwen3_5_is_refused_with_the_reason():
-    from t1.train.megatron.model import check_arch
-
-    class Cfg:
-        model_type = "qwen3_5_moe_text"
-
-    with pytest.raises(ValueError, match="Gated DeltaNet"):
-        check_arch(Cfg())

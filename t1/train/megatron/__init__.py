@@ -2,34 +2,66 @@
 
     train: {backend: megatron}  in the campaign YAML, then  t1 train --config F --stage ppo ...
     pytest tests/megatron -q                                         # CPU equivalence tests
+    pytest tests/megatron/test_qwen35.py -q                          # Qwen3.5 on the CPU
 
 Modules: `runtime` (distributed init, the megatron-core compatibility fix, the CPU check),
-`model` (TransformerConfig + GPTModel for the Qwen3-MoE family, the value-head critic),
-`convert` (HF <-> Megatron weights, TP/PP/EP/ETP sharding), `replay` (R³ through
-`RouterReplay`), `trainer` (`MegatronTrainer`, the `t1.train.protocol.Trainer` of this backend),
-`plan` (the memory plan checked before launch; actor/critic offload in turn), `dataparallel`
-(rows per DP rank, gradient reduction, global grad norm), `checkpoint` (one file per rank in
-t1.ckpt's atomic protocol), `stage` (the PPO stage's directory under torchrun: per-rank
-checkpoints, rank 0 writes).
+`model` (TransformerConfig + GPTModel for the Qwen3-MoE and Qwen3.5-MoE families, the
+value-head critic), `convert` (HF <-> Megatron weights, TP/PP/EP/ETP sharding), `replay` (R³
+through `RouterReplay`), `trainer` (`MegatronTrainer`, the `t1.train.protocol.Trainer` of this
+backend), `plan` (the memory plan checked before launch; actor/critic offload in turn),
+`dataparallel` (rows per DP rank, gradient reduction, global grad norm), `checkpoint` (one file
+per rank in t1.ckpt's atomic protocol), `stage` (the PPO stage's directory under torchrun:
+per-rank checkpoints, rank 0 writes).
 
-Families. `model.arch: qwen3_moe` (full attention, Qwen3-MoE) is built and proven equal to the
-hf backend. `qwen3_5_moe` (Qwen3.5: 3 of every 4 layers Gated DeltaNet linear attention, gated
-full attention, a gated shared expert, partial RoPE) is refused; no layer is faked. What
-megatron-core 0.16.1 (the version installed and tested here, Python 3.11) has: the Gated
-DeltaNet layer (`megatron/core/ssm/gated_delta_net.py`, chosen by
-`experimental_attention_variant="gated_delta_net"` + `linear_attention_freq`), gated attention
-output (`attention_output_gate`), the shared-expert gate (`moe_shared_expert_gate`) and partial
-RoPE (`rotary_percent`). What is missing for this backend: (1) `GatedDeltaNet.__init__` raises
-ImportError unless `fla` (flash-linear-attention, Triton kernels) imports, although with
-`deterministic_mode` its forward uses the pure-torch `torch_chunk_gated_delta_rule`; fla is not
-a dependency of megatron-core nor of this project, and its kernels need a GPU; (2) the HF <->
-Megatron mapping of those layers in convert.py: HF (transformers 5.24 `qwen3_5_moe`)
-`linear_attn.{in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, conv1d, dt_bias, A_log, norm,
-out_proj}` -> GatedDeltaNet `{in_proj (qkv, z, b, a concatenated in megatron's per-head
-order), conv1d, dt_bias, A_log, out_norm, out_proj}`, the gated q_proj -> linear_qkv with the
-output gate, `mlp.shared_expert` + `shared_expert_gate` -> megatron's shared expert and gate;
-(3) an equivalence test against HF Qwen3.5 on a
-GPU. Other megatron-core versions (0.19 on Python 3.12) are not installed here and not checked.
+Families. `model.arch: qwen3_moe` (full attention, Qwen3-MoE) and `qwen3_5_moe` (Qwen3.5: 3 of
+every 4 layers Gated DeltaNet linear attention, gated full attention, a gated shared expert,
+partial RoPE, zero-centered RMSNorms) are built from megatron-core 0.16.1's own modules (the
+version installed and tested here, Python 3.11; model.py) and mapped both ways, actor and
+critic, with the TP / PP / EP / ETP sharding of every tensor (convert.py). No layer is faked:
+Qwen3.5's linear-attention layers are megatron-core's `GatedDeltaNet`
+(`megatron/core/ssm/gated_delta_net.py`, `experimental_attention_variant="gated_delta_net"` +
+`linear_attention_freq`), the gate is `attention_output_gate`, the shared expert's
+`moe_shared_expert_gate`, partial RoPE `rotary_percent`; the one module of this package is
+`model.ZeroCenteredRMSNorm` (x_hat * (1 + w), what TE's `zero_centered_gamma` computes; the
+local torch norm of megatron-core has no zero-centered form).
+
+What is checked on the CPU (tests/megatron/test_qwen35.py, tiny Qwen3.5, fp32): the round trip
+HF -> Megatron -> HF is exact (0.0), shard / unshard exact at TP 2, EP 2, PP 2 and
+TP 2 + EP 2 + ETP 2 + PP 2, logits and values equal HF's (max error 3e-7 on logits of
+magnitude 1, 3e-6 on values of magnitude 10, measured at 1, 2 and 4 GDN chunks of 64
+positions: the two torch recurrences agree to fp32 rounding), one PPO actor update's loss and
+gradients equal HF's (with and without activation recompute), and R³ replay routes every
+recorded token to the recorded experts. There GatedDeltaNet runs megatron-core's pure-torch
+path: `deterministic_mode` (model.transformer_config turns it on when CUDA is absent) selects
+`torch_chunk_gated_delta_rule` and the torch conv1d.
+
+What is not done or not checked here, and why ((1)-(2) need a GPU):
+(1) flash-linear-attention (`fla`) must import for `GatedDeltaNet.__init__` (else model.py
+refuses, naming it), and `GatedDeltaNet.forward` always calls fla's `l2norm` on q and k, a
+Triton kernel. fla is not a dependency of megatron-core nor of this project. Measured on this
+CPU box: pip installs flash-linear-attention 0.6.0 (+ fla-core 0.6.0, einops); without triton
+`fla.modules` does not import ("No module named 'triton'"); with triton 3.9.0 it imports
+("Triton is not supported on current platform, roll back to CPU"), but `l2norm` on a CPU tensor
+raises "0 active drivers", and transformers 5.24 then routes HF Qwen3.5's gated delta rule to
+fla too, so the HF model stops running on the CPU (both were uninstalled again). The CPU tests
+therefore patch exactly three names of megatron-core's module (tests/megatron/fla_shim.py:
+HAVE_FLA, `l2norm` -> its torch formula, fla's chunk kernel -> an error never reached).
+(2) On a GPU with fla, deterministic_mode is off by default and the recurrence is fla's
+`chunk_gated_delta_rule` kernel: its equality with HF (and HF's own fla path) is not checked
+here; pass `deterministic=True` to model.transformer_config for the torch path there.
+(3) TP > 1 forward: convert.py shards the GDN tensors in the per-rank section layout
+GatedDeltaNet.forward splits (checked tensor by tensor against HF at TP 2), but the TP forward
+cannot run on the CPU for either family (below: sequence parallelism and the torch norms);
+the local spec's `WrappedTorchNorm` (GDN's out_norm; every norm of qwen3_moe) refuses sequence
+parallelism on a GPU as well, so TP > 1 needs the TE spec of (4).
+(4) megatron-core's own Qwen3.5 block helper
+(`get_transformer_block_with_experimental_attention_variant_spec`) requires Transformer
+Engine; model.qwen35_block_spec builds the same layers from the local (non-TE) spec. A TE
+build (fused input norm in GDN's in_proj, TENorm with zero_centered_gamma) is not done.
+(5) megatron-core 0.16.1's GatedDeltaNet ignores the attention mask and refuses packed (THD)
+sequences and inference contexts: rows must be right-padded, as t1.train.batch.collate does
+(padding after a row's tokens cannot reach them; HF likewise only zeroes padded positions).
+Other megatron-core versions (0.19 on Python 3.12) are not installed here and not checked.
 
 Parallelism (trainer.py, dataparallel.py): TP / EP / ETP and data parallelism through
 megatron-core's DistributedDataParallel + finalize_model_grads (EP 2 / DP 2 equal world size 1

@@ -1,4 +1,4 @@
-"""HF <-> Megatron weights for the Qwen3-MoE actor and critic, with TP / PP / EP / ETP sharding.
+"""HF <-> Megatron weights (Qwen3-MoE, Qwen3.5-MoE; actor, critic), TP / PP / EP / ETP sharding.
 
     from t1.train.megatron.convert import hf_to_mcore, mcore_to_hf, shard, unshard
     full = hf_to_mcore(hf_model.state_dict(), hf_model.config, kind="actor")   # unsharded
@@ -6,7 +6,8 @@
     hf = mcore_to_hf(unshard({ranks: local, ...}, sizes), hf_model.config, kind="actor")
 
 Pure tensor code (no megatron import): every mapping is a copy, a concatenation or a split, so
-a round trip is exact (tests/megatron/test_convert.py: max error 0.0).
+a round trip is exact (tests/megatron/test_megatron_equivalence.py, test_qwen35.py: max
+error 0.0).
 
 Unsharded Megatron names use global layer and expert indices; a shard uses local ones:
 * `embedding.word_embeddings.weight` [Vp, H]: HF embed_tokens, zero rows up to Vp (a multiple of
@@ -24,6 +25,24 @@ Unsharded Megatron names use global layer and expert indices; a shard uses local
 * `output_layer.weight` [Vp, H] (actor: lm_head, split on rows over TP) or the critic's
   `output_layer.weight` [1, H] + `.bias` [1] (value_head, replicated); last stage only.
 PP: layer l lives on stage l // (L / pp) as local layer l % (L / pp).
+
+Qwen3.5 (`qwen3_5_moe`, model.py builds it), per layer after `layer_types`:
+* full attention: `linear_qkv.weight` [(2n + 2g) d, H]: per query group, its n/g query heads,
+  then their n/g output-gate heads, then its key head, then its value head (megatron-core's
+  `attention_output_gate` layout); HF q_proj [2 n d, H] holds per head (query d, gate d).
+  `q_layernorm` / `k_layernorm` = q_norm / k_norm (zero-centered gains, copied as they are).
+* Gated DeltaNet (`linear_attn` -> `self_attention`): `in_proj.weight` [2 qk + 2 v + 2 nv, H]
+  = the rows of HF in_proj_qkv (q, k, v), in_proj_z, in_proj_b, in_proj_a, concatenated in
+  that order (megatron-core 0.16.1 splits its output as qkv | z | beta | alpha); `conv1d.weight`
+  [2 qk + v, 1, K], `dt_bias`, `A_log` [nv], `out_norm.weight` [dv] (HF norm),
+  `out_proj.weight` [H, v], all copied. TP: each of in_proj's six sections (q, k, v, z, b, a)
+  and each of conv1d's three (q, k, v) is split over TP and a rank holds its part of every
+  section (the per-rank layout GatedDeltaNet.forward splits); dt_bias / A_log on rows,
+  out_proj on columns, out_norm replicated.
+* shared expert: `mlp.shared_experts.linear_fc1.weight` [2 Fs, H] = gate_proj rows then
+  up_proj rows (split per half over TP, like a dense SwiGLU), `linear_fc2.weight` = down_proj
+  (columns over TP), `gate_weight` [1, H] = shared_expert_gate (replicated).
+The norms of Qwen3.5 are zero-centered in HF and in model.ZeroCenteredRMSNorm alike: copied.
 """
 
 from __future__ import annotations
@@ -64,21 +83,39 @@ def _prefix(kind: str) -> str:
 def hf_to_mcore(
     hf: dict[str, torch.Tensor], config, kind: str, tp: int = 1
 ) -> dict[str, torch.Tensor]:
-    """HF state dict (Qwen3MoeForCausalLM or t1.policy.Critic) -> unsharded Megatron names."""
+    """HF state dict (Qwen3MoeForCausalLM, Qwen3_5MoeForCausalLM or t1.policy.Critic) ->
+    unsharded Megatron names."""
     p = _prefix(kind)
+    q35 = _is_qwen35(config)
     n, g, d = config.num_attention_heads, config.num_key_value_heads, config.head_dim
     out: dict[str, torch.Tensor] = {}
     emb = hf[p + "embed_tokens.weight"]
     out["embedding.word_embeddings.weight"] = _pad_rows(emb, tp)
     for layer in range(config.num_hidden_layers):
         h, m = f"{p}layers.{layer}.", f"decoder.layers.{layer}."
-        q = hf[h + "self_attn.q_proj.weight"].reshape(g, n // g, d, -1)
-        k = hf[h + "self_attn.k_proj.weight"].reshape(g, 1, d, -1)
-        v = hf[h + "self_attn.v_proj.weight"].reshape(g, 1, d, -1)
-        out[m + f"{ATTN}.linear_qkv.weight"] = torch.cat([q, k, v], 1).reshape((n + 2 * g) * d, -1)
-        out[m + f"{ATTN}.linear_proj.weight"] = hf[h + "self_attn.o_proj.weight"]
-        out[m + f"{ATTN}.q_layernorm.weight"] = hf[h + "self_attn.q_norm.weight"]
-        out[m + f"{ATTN}.k_layernorm.weight"] = hf[h + "self_attn.k_norm.weight"]
+        if q35 and config.layer_types[layer] == "linear_attention":
+            la, a = h + "linear_attn.", m + f"{ATTN}."
+            out[a + "in_proj.weight"] = torch.cat(
+                [hf[la + f"in_proj_{x}.weight"] for x in ("qkv", "z", "b", "a")]
+            )
+            out[a + "conv1d.weight"] = hf[la + "conv1d.weight"]
+            out[a + "dt_bias"] = hf[la + "dt_bias"]
+            out[a + "A_log"] = hf[la + "A_log"]
+            out[a + "out_norm.weight"] = hf[la + "norm.weight"]
+            out[a + "out_proj.weight"] = hf[la + "out_proj.weight"]
+        else:
+            k = hf[h + "self_attn.k_proj.weight"].reshape(g, 1, d, -1)
+            v = hf[h + "self_attn.v_proj.weight"].reshape(g, 1, d, -1)
+            if q35:  # q_proj rows: per head (query d, gate d)
+                qg = hf[h + "self_attn.q_proj.weight"].reshape(n, 2, d, -1)
+                q = qg[:, 0].reshape(g, n // g, d, -1)
+                parts = [q, qg[:, 1].reshape(g, n // g, d, -1), k, v]
+            else:
+                parts = [hf[h + "self_attn.q_proj.weight"].reshape(g, n // g, d, -1), k, v]
+            out[m + f"{ATTN}.linear_qkv.weight"] = torch.cat(parts, 1).flatten(0, 2)
+            out[m + f"{ATTN}.linear_proj.weight"] = hf[h + "self_attn.o_proj.weight"]
+            out[m + f"{ATTN}.q_layernorm.weight"] = hf[h + "self_attn.q_norm.weight"]
+            out[m + f"{ATTN}.k_layernorm.weight"] = hf[h + "self_attn.k_norm.weight"]
         out[m + "input_layernorm.weight"] = hf[h + "input_layernorm.weight"]
         out[m + "pre_mlp_layernorm.weight"] = hf[h + "post_attention_layernorm.weight"]
         out[m + "mlp.router.weight"] = hf[h + "mlp.gate.weight"]
@@ -86,6 +123,13 @@ def hf_to_mcore(
         for e in range(config.num_experts):
             out[m + f"mlp.experts.local_experts.{e}.linear_fc1.weight"] = gate_up[e]
             out[m + f"mlp.experts.local_experts.{e}.linear_fc2.weight"] = down[e]
+        if q35:
+            se, ms = h + "mlp.shared_expert.", m + "mlp.shared_experts."
+            out[ms + "linear_fc1.weight"] = torch.cat(
+                [hf[se + "gate_proj.weight"], hf[se + "up_proj.weight"]]
+            )
+            out[ms + "linear_fc2.weight"] = hf[se + "down_proj.weight"]
+            out[ms + "gate_weight"] = hf[h + "mlp.shared_expert_gate.weight"]
     out["decoder.final_layernorm.weight"] = hf[p + "norm.weight"]
     if kind == "actor":
         out["output_layer.weight"] = _pad_rows(hf["lm_head.weight"], tp)
@@ -98,6 +142,7 @@ def hf_to_mcore(
 def mcore_to_hf(mc: dict[str, torch.Tensor], config, kind: str) -> dict[str, torch.Tensor]:
     """Inverse of `hf_to_mcore` (padding rows dropped)."""
     p = _prefix(kind)
+    q35 = _is_qwen35(config)
     n, g, d = config.num_attention_heads, config.num_key_value_heads, config.head_dim
     vocab = config.vocab_size
     out: dict[str, torch.Tensor] = {
@@ -105,13 +150,32 @@ def mcore_to_hf(mc: dict[str, torch.Tensor], config, kind: str) -> dict[str, tor
     }
     for layer in range(config.num_hidden_layers):
         h, m = f"{p}layers.{layer}.", f"decoder.layers.{layer}."
-        qkv = mc[m + f"{ATTN}.linear_qkv.weight"].reshape(g, n // g + 2, d, -1)
-        out[h + "self_attn.q_proj.weight"] = qkv[:, : n // g].reshape(n * d, -1)
-        out[h + "self_attn.k_proj.weight"] = qkv[:, n // g].reshape(g * d, -1)
-        out[h + "self_attn.v_proj.weight"] = qkv[:, n // g + 1].reshape(g * d, -1)
-        out[h + "self_attn.o_proj.weight"] = mc[m + f"{ATTN}.linear_proj.weight"]
-        out[h + "self_attn.q_norm.weight"] = mc[m + f"{ATTN}.q_layernorm.weight"]
-        out[h + "self_attn.k_norm.weight"] = mc[m + f"{ATTN}.k_layernorm.weight"]
+        if q35 and config.layer_types[layer] == "linear_attention":
+            la, a = h + "linear_attn.", m + f"{ATTN}."
+            qk2v, v_dim, nv = _gdn_dims(config)
+            sizes = [qk2v, v_dim, nv, nv]
+            pieces = mc[a + "in_proj.weight"].split(sizes)
+            for x, w in zip(("qkv", "z", "b", "a"), pieces, strict=True):
+                out[la + f"in_proj_{x}.weight"] = w
+            out[la + "conv1d.weight"] = mc[a + "conv1d.weight"]
+            out[la + "dt_bias"] = mc[a + "dt_bias"]
+            out[la + "A_log"] = mc[a + "A_log"]
+            out[la + "norm.weight"] = mc[a + "out_norm.weight"]
+            out[la + "out_proj.weight"] = mc[a + "out_proj.weight"]
+        else:
+            per = 2 * (n // g) if q35 else n // g  # query (+ gate) rows per group, in heads
+            qkv = mc[m + f"{ATTN}.linear_qkv.weight"].reshape(g, per + 2, d, -1)
+            if q35:
+                q = qkv[:, : n // g].reshape(n, 1, d, -1)
+                gate = qkv[:, n // g : per].reshape(n, 1, d, -1)
+                out[h + "self_attn.q_proj.weight"] = torch.cat([q, gate], 1).reshape(2 * n * d, -1)
+            else:
+                out[h + "self_attn.q_proj.weight"] = qkv[:, :per].reshape(n * d, -1)
+            out[h + "self_attn.k_proj.weight"] = qkv[:, per].reshape(g * d, -1)
+            out[h + "self_attn.v_proj.weight"] = qkv[:, per + 1].reshape(g * d, -1)
+            out[h + "self_attn.o_proj.weight"] = mc[m + f"{ATTN}.linear_proj.weight"]
+            out[h + "self_attn.q_norm.weight"] = mc[m + f"{ATTN}.q_layernorm.weight"]
+            out[h + "self_attn.k_norm.weight"] = mc[m + f"{ATTN}.k_layernorm.weight"]
         out[h + "input_layernorm.weight"] = mc[m + "input_layernorm.weight"]
         out[h + "post_attention_layernorm.weight"] = mc[m + "pre_mlp_layernorm.weight"]
         out[h + "mlp.gate.weight"] = mc[m + "mlp.router.weight"]
@@ -122,6 +186,12 @@ def mcore_to_hf(mc: dict[str, torch.Tensor], config, kind: str) -> dict[str, tor
         out[h + "mlp.experts.down_proj"] = torch.stack(
             [mc[f"{ex}{e}.linear_fc2.weight"] for e in range(config.num_experts)]
         )
+        if q35:
+            se, ms = h + "mlp.shared_expert.", m + "mlp.shared_experts."
+            gate, up = mc[ms + "linear_fc1.weight"].chunk(2, 0)
+            out[se + "gate_proj.weight"], out[se + "up_proj.weight"] = gate, up
+            out[se + "down_proj.weight"] = mc[ms + "linear_fc2.weight"]
+            out[h + "mlp.shared_expert_gate.weight"] = mc[ms + "gate_weight"]
     out[p + "norm.weight"] = mc["decoder.final_layernorm.weight"]
     if kind == "actor":
         out["lm_head.weight"] = mc["output_layer.weight"][:vocab]
@@ -129,6 +199,17 @@ def mcore_to_hf(mc: dict[str, torch.Tensor], config, kind: str) -> dict[str, tor
         out["value_head.weight"] = mc["output_layer.weight"]
         out["value_head.bias"] = mc["output_layer.bias"]
     return {k: v.contiguous() for k, v in out.items()}
+
+
+def _is_qwen35(config) -> bool:
+    return getattr(config, "model_type", "").startswith("qwen3_5_moe")
+
+
+def _gdn_dims(config) -> tuple[int, int, int]:
+    """(rows of in_proj_qkv = 2 qk + v, v = value heads * dv, nv = value heads)."""
+    qk = config.linear_num_key_heads * config.linear_key_head_dim
+    v = config.linear_num_value_heads * config.linear_value_head_dim
+    return 2 * qk + v, v, config.linear_num_value_heads
 
 
 def _pad_rows(w: torch.Tensor, tp: int) -> torch.Tensor:
@@ -154,14 +235,44 @@ def _split_glu(w: torch.Tensor, parts: int, rank: int) -> torch.Tensor:
 
 
 def _tp_rule(name: str) -> str:
-    """How a non-expert tensor is laid out over TP: rows, cols or replicated."""
+    """How a non-expert tensor is laid out over TP: rows, cols, glu (each half on rows),
+    gdn_in / gdn_conv (each GatedDeltaNet section on rows) or replicated."""
     if name in ("embedding.word_embeddings.weight",) or name.endswith("linear_qkv.weight"):
         return "rows"
     if name == "output_layer.weight":
         return "rows"  # the critic's [1, H] head is handled as replicated by the caller
     if name.endswith("linear_proj.weight"):
         return "cols"
+    if name.endswith(f"{ATTN}.in_proj.weight"):
+        return "gdn_in"
+    if name.endswith(f"{ATTN}.conv1d.weight"):
+        return "gdn_conv"
+    if name.endswith((f"{ATTN}.dt_bias", f"{ATTN}.A_log")):
+        return "rows"
+    if name.endswith(f"{ATTN}.out_proj.weight"):
+        return "cols"
+    if name.endswith("mlp.shared_experts.linear_fc1.weight"):
+        return "glu"
+    if name.endswith("mlp.shared_experts.linear_fc2.weight"):
+        return "cols"
     return "replicated"
+
+
+def _gdn_sections(rule: str, get, name: str) -> list[int]:
+    """Row sections of a GatedDeltaNet in_proj (q, k, v, z, b, a) or conv1d (q, k, v) named
+    `name`, from the rows of the same layer's in_proj, conv1d and dt_bias as `get(name)` gives
+    them (the whole tensors, or one TP rank's parts: the sections of that part)."""
+    base = name.rsplit(".", 2)[0]  # "...self_attention"
+    rows_in = get(base + ".in_proj.weight").shape[0]
+    conv = get(base + ".conv1d.weight").shape[0]
+    nv = get(base + ".dt_bias").shape[0]
+    v = rows_in - conv - 2 * nv
+    qk = (conv - v) // 2
+    return [qk, qk, v, v, nv, nv] if rule == "gdn_in" else [qk, qk, v]
+
+
+def _split_sections(w: torch.Tensor, sections: list[int], parts: int, rank: int) -> torch.Tensor:
+    return torch.cat([_split(x, parts, rank, 0) for x in w.split(sections)])
 
 
 def shard(
@@ -196,7 +307,12 @@ def shard(
         local = f"decoder.layers.{layer % per_stage}."
         e = _EXPERT.match(rest)
         if e is None:
-            out[local + rest] = _apply(w, _tp_rule(rest), sizes.tp, ranks.tp)
+            rule = _tp_rule(rest)
+            if rule.startswith("gdn_") and sizes.tp > 1:
+                secs = _gdn_sections(rule, full.__getitem__, name)
+                out[local + rest] = _split_sections(w, secs, sizes.tp, ranks.tp)
+            else:
+                out[local + rest] = _apply(w, rule, sizes.tp, ranks.tp)
             continue
         expert, tail = int(e.group(1)), e.group(2)
         if expert // per_ep != ranks.ep:
@@ -212,6 +328,8 @@ def shard(
 def _apply(w: torch.Tensor, rule: str, tp: int, rank: int) -> torch.Tensor:
     if tp == 1 or rule == "replicated":
         return w
+    if rule == "glu":
+        return _split_glu(w, tp, rank)
     return _split(w, tp, rank, 0 if rule == "rows" else 1)
 
 
@@ -261,6 +379,12 @@ def unshard(
             out[name] = torch.cat(ordered, 0)
         elif rule == "cols":
             out[name] = torch.cat(ordered, 1)
+        elif rule.startswith("gdn_"):
+            split = [
+                p.split(_gdn_sections(rule, lambda n, i=i: pieces[n][i], name))
+                for i, p in zip(sorted(parts), ordered, strict=True)
+            ]
+            out[name] = torch.cat([torch.cat(sec, 0) for sec in zip(*split, strict=True)], 0)
         else:  # glu
             gates = [p.chunk(2, 0)[0] for p in ordered]
             ups = [p.chunk(2, 0)[1] for p in ordered]

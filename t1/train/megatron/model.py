@@ -1,4 +1,4 @@
-"""megatron-core GPTModels for the Qwen3-MoE family: the actor (LM head) and the critic (value head).
+"""megatron-core GPTModels of Qwen3-MoE and Qwen3.5-MoE: the actor (LM head) and the critic.
 
     from t1.train.megatron.model import transformer_config, build_actor, build_critic
     tc = transformer_config(hf_model.config, replay=True)
@@ -14,6 +14,31 @@ the k chosen = softmax over all experts renormalized over the top k (`norm_topk_
 GPTModel whose output layer is `ValueHead` (Linear(hidden, 1) with bias), replicated on every
 tensor-parallel rank, so its output is [B, T, 1].
 
+Qwen3.5 (`Qwen3_5MoeTextConfig`, model_type `qwen3_5_moe_text`), on top of the above:
+* token mixer per `layer_types`: megatron-core's own `GatedDeltaNet`
+  (`megatron/core/ssm/gated_delta_net.py`; `experimental_attention_variant="gated_delta_net"`,
+  `linear_attention_freq` = the layer pattern, `linear_*` head sizes and conv kernel) on the
+  "linear_attention" layers, gated full attention (`attention_output_gate`: sigmoid(gate) *
+  attention before o_proj) on the "full_attention" ones; partial RoPE (`rotary_percent` =
+  `partial_rotary_factor`; text-only positions, so HF's multimodal RoPE sections coincide);
+* every MoE layer has a shared expert (`moe_shared_expert_intermediate_size`) scaled by
+  sigmoid(gate) (`moe_shared_expert_gate`);
+* HF's RMSNorms (input, post-attention, q/k, final) are zero-centered: x_hat * (1 + w). The
+  local (non-TE) norm of megatron-core, `WrappedTorchNorm`, refuses
+  `layernorm_zero_centered_gamma`, so those positions use `ZeroCenteredRMSNorm` below (the same
+  x_hat * (1 + w) TE's `zero_centered_gamma` computes); the weights copy 1:1. The GDN output norm
+  is a plain RMSNorm in HF as in megatron-core (`WrappedTorchNorm`);
+* megatron-core's helper for this block spec
+  (`get_transformer_block_with_experimental_attention_variant_spec`) requires Transformer
+  Engine, so `qwen35_block_spec` assembles the same layers from the local spec: the GDN's input
+  norm is the layer's `input_layernorm` (TE fuses it into `in_proj`; same computation).
+* `GatedDeltaNet` needs flash-linear-attention (`fla`) to import; its recurrence runs either
+  fla's Triton kernel (`chunk_gated_delta_rule`, GPU) or, with `deterministic_mode`,
+  megatron-core's pure-torch `torch_chunk_gated_delta_rule`. `transformer_config` turns
+  `deterministic_mode` on where CUDA is absent (the only path that runs on a CPU). The q/k
+  L2 norm always calls fla's `l2norm` (a Triton kernel): see t1/train/megatron/__init__.py for
+  what that means on a CPU.
+
 Token dispatcher: `allgather` (runs under gloo on the CPU and needs no CUDA streams; the
 `alltoall` dispatcher builds a CUDA stream in its constructor), `alltoall` on GPUs.
 """
@@ -24,18 +49,26 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-ARCHS = ("qwen3_moe",)
+ARCHS = ("qwen3_moe", "qwen3_5_moe")
+LAYER_TYPES = ("linear_attention", "full_attention")
+
+
+def family(hf_config) -> str:
+    """The family of an HF config: qwen3_moe, or qwen3_5_moe (model_type qwen3_5_moe_text or
+    qwen3_5_moe); raises for any other."""
+    mt = getattr(hf_config, "model_type", "")
+    if mt == "qwen3_moe":
+        return "qwen3_moe"
+    if mt.startswith("qwen3_5_moe"):
+        return "qwen3_5_moe"
+    raise ValueError(
+        f"train.backend megatron builds model.arch {' / '.join(ARCHS)}, got model_type {mt!r}"
+    )
 
 
 def check_arch(hf_config) -> None:
-    """Refuse families this backend does not build (see the package docstring for why)."""
-    mt = getattr(hf_config, "model_type", "")
-    if mt != "qwen3_moe":
-        raise ValueError(
-            f"train.backend megatron builds model.arch qwen3_moe only, got model_type {mt!r}: "
-            "Qwen3.5's Gated DeltaNet layers need megatron-core's fla-kernel path (GPU) and an "
-            "HF<->Megatron mapping this package does not have yet (see t1/train/megatron/__init__.py)"
-        )
+    """Refuse what this backend does not build or map (each error names the field)."""
+    fam = family(hf_config)
     if (
         getattr(hf_config, "mlp_only_layers", [])
         or getattr(hf_config, "decoder_sparse_step", 1) != 1
@@ -43,6 +76,28 @@ def check_arch(hf_config) -> None:
         raise ValueError("train.backend megatron: every layer must be an MoE layer")
     if getattr(hf_config, "attention_bias", False):
         raise ValueError("train.backend megatron: attention_bias is not mapped")
+    if fam == "qwen3_moe":
+        return
+    c = hf_config
+    types = getattr(c, "layer_types", None) or []
+    if set(types) - set(LAYER_TYPES) or len(types) != getattr(c, "num_hidden_layers", -1):
+        raise ValueError(
+            f"train.backend megatron: qwen3_5_moe needs layer_types, one of {LAYER_TYPES} per "
+            f"layer ({getattr(c, 'num_hidden_layers', '?')} layers), got {types or None}"
+        )
+    if getattr(c, "hidden_act", "silu") != "silu":
+        raise ValueError(f"train.backend megatron: hidden_act {c.hidden_act!r} (silu only)")
+    rp = getattr(c, "rope_parameters", None) or {}
+    if rp.get("rope_type", "default") != "default":
+        raise ValueError(
+            f"train.backend megatron: qwen3_5_moe rope_type {rp.get('rope_type')!r} is not "
+            "mapped (default only)"
+        )
+    if c.linear_num_value_heads % c.linear_num_key_heads:
+        raise ValueError(
+            "train.backend megatron: linear_num_value_heads must be a multiple of "
+            "linear_num_key_heads"
+        )
 
 
 def transformer_config(
@@ -54,11 +109,14 @@ def transformer_config(
     router_fusion: bool = False,
     sequence_parallel: bool | None = None,
     recompute: bool = False,
+    deterministic: bool | None = None,
 ):
-    """The megatron-core TransformerConfig equal to an HF Qwen3-MoE config. `recompute`: full
-    activation recompute of every layer (`recompute_granularity="full"`, uniform, 1 layer per
-    checkpoint); the replayed routing is then reproduced in the recompute (replay.py).
-    Losses are per-token (`calculate_per_token_loss`): see dataparallel.py."""
+    """The megatron-core TransformerConfig equal to an HF Qwen3-MoE / Qwen3.5-MoE config.
+    `recompute`: full activation recompute of every layer (`recompute_granularity="full"`,
+    uniform, 1 layer per checkpoint); the replayed routing is then reproduced in the recompute
+    (replay.py). Losses are per-token (`calculate_per_token_loss`): see dataparallel.py.
+    `deterministic` (`deterministic_mode`; default: on without CUDA): Qwen3.5's GatedDeltaNet
+    runs megatron-core's torch recurrence instead of fla's Triton kernel."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     check_arch(hf_config)
@@ -74,7 +132,10 @@ def transformer_config(
     if sequence_parallel is None:  # megatron-core requires it for MoE with TP > 1
         sequence_parallel = ps.get_tensor_model_parallel_world_size() > 1
     c = hf_config
+    if deterministic is None:
+        deterministic = not torch.cuda.is_available()
     return TransformerConfig(
+        **_qwen35_fields(c, deterministic),
         num_layers=c.num_hidden_layers,
         hidden_size=c.hidden_size,
         num_attention_heads=c.num_attention_heads,
@@ -84,7 +145,7 @@ def transformer_config(
         moe_ffn_hidden_size=c.moe_intermediate_size,
         num_moe_experts=c.num_experts,
         moe_router_topk=c.num_experts_per_tok,
-        moe_router_pre_softmax=not c.norm_topk_prob,
+        moe_router_pre_softmax=not _norm_topk_prob(c),
         moe_router_load_balancing_type="none",
         moe_aux_loss_coeff=0.0,
         moe_token_dispatcher_type=dispatcher,
@@ -123,22 +184,110 @@ def transformer_config(
     )
 
 
-def padded_vocab(vocab: int, tp: int) -> int:
-    """The vocabulary rounded up to a multiple of TP (the vocab-parallel embedding needs it)."""
-    return -(-vocab // tp) * tp
+def _qwen35_fields(c, deterministic: bool) -> dict:
+    """The TransformerConfig fields Qwen3.5 adds (none for Qwen3-MoE)."""
+    if family(c) != "qwen3_5_moe":
+        return {}
+    return dict(
+        experimental_attention_variant="gated_delta_net",
+        linear_attention_freq=[int(t == "linear_attention") for t in c.layer_types],
+        linear_conv_kernel_dim=c.linear_conv_kernel_dim,
+        linear_key_head_dim=c.linear_key_head_dim,
+        linear_value_head_dim=c.linear_value_head_dim,
+        linear_num_key_heads=c.linear_num_key_heads,
+        linear_num_value_heads=c.linear_num_value_heads,
+        attention_output_gate=True,
+        moe_shared_expert_intermediate_size=c.shared_expert_intermediate_size,
+        moe_shared_expert_gate=True,
+        deterministic_mode=deterministic,
+    )
 
 
-def _gpt(tc, vocab: int, max_position: int, rope_theta: float):
-    from megatron.core import parallel_state as ps
-    from megatron.core.models.gpt import GPTModel
+class ZeroCenteredRMSNorm(nn.Module):
+    """RMSNorm with a zero-centered gain: x / rms(x) * (1 + weight), computed in fp32 and cast
+    back (HF `Qwen3_5MoeRMSNorm`; TE's `zero_centered_gamma`). Built like megatron-core's norms
+    (config, hidden_size, eps); the weight is marked `sequence_parallel` as theirs are."""
+
+    def __init__(self, config, hidden_size: int, eps: float = 1e-6, **_: object) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(hidden_size, dtype=config.params_dtype))
+        self.weight.sequence_parallel = config.sequence_parallel
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * (1.0 + self.weight.float())).type_as(x)
+
+
+def qwen35_block_spec(tc):
+    """The decoder's TransformerBlockSubmodules for Qwen3.5 from megatron-core's local modules:
+    per layer a `GatedDeltaNet` (tc.linear_attention_freq[l] == 1) or the gated `SelfAttention`,
+    then the MoE with its gated shared expert; this pipeline stage's layers only."""
+    import copy
+
+    from megatron.core.models.backends import LocalSpecProvider
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.ssm import gated_delta_net as gdn
+    from megatron.core.transformer.spec_utils import ModuleSpec
+    from megatron.core.transformer.transformer_block import (
+        TransformerBlockSubmodules,
+        get_num_layers_to_build,
+    )
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
 
-    spec = get_gpt_layer_local_spec(
+    if any(tc.linear_attention_freq) and not gdn.HAVE_FLA:
+        raise RuntimeError(
+            "train.backend megatron, model.arch qwen3_5_moe: megatron-core's GatedDeltaNet needs "
+            "flash-linear-attention (`fla`, Triton kernels, a GPU) to import and it does not "
+            "import here (see t1/train/megatron/__init__.py)"
+        )
+    backend = LocalSpecProvider()
+    full = get_gpt_layer_local_spec(
         num_experts=tc.num_moe_experts,
         moe_grouped_gemm=False,
         qk_layernorm=True,
         normalization="RMSNorm",
     )
+    full.submodules.input_layernorm = ZeroCenteredRMSNorm
+    full.submodules.pre_mlp_layernorm = ZeroCenteredRMSNorm
+    full.submodules.self_attention.submodules.q_layernorm = ZeroCenteredRMSNorm
+    full.submodules.self_attention.submodules.k_layernorm = ZeroCenteredRMSNorm
+    linear = copy.deepcopy(full)
+    linear.submodules.self_attention = ModuleSpec(
+        module=gdn.GatedDeltaNet,
+        submodules=gdn.GatedDeltaNetSubmodules(
+            in_proj=backend.column_parallel_linear(),
+            out_norm=backend.layer_norm(rms_norm=True, for_qk=False),
+            out_proj=backend.row_parallel_linear(),
+        ),
+    )
+    specs = [linear if t else full for t in tc.linear_attention_freq]
+    offset = get_transformer_layer_offset(tc)
+    local = specs[offset : offset + get_num_layers_to_build(tc)]
+    return TransformerBlockSubmodules(layer_specs=local, layer_norm=ZeroCenteredRMSNorm)
+
+
+def padded_vocab(vocab: int, tp: int) -> int:
+    """The vocabulary rounded up to a multiple of TP (the vocab-parallel embedding needs it)."""
+    return -(-vocab // tp) * tp
+
+
+def _gpt(tc, hf_config):
+    from megatron.core import parallel_state as ps
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    if tc.experimental_attention_variant == "gated_delta_net":
+        spec = qwen35_block_spec(tc)
+    else:
+        spec = get_gpt_layer_local_spec(
+            num_experts=tc.num_moe_experts,
+            moe_grouped_gemm=False,
+            qk_layernorm=True,
+            normalization="RMSNorm",
+        )
+    vocab, max_position = hf_config.vocab_size, hf_config.max_position_embeddings
     return GPTModel(
         config=tc,
         transformer_layer_spec=spec,
@@ -149,13 +298,14 @@ def _gpt(tc, vocab: int, max_position: int, rope_theta: float):
         parallel_output=False,  # full-vocabulary logits on every TP rank
         share_embeddings_and_output_weights=False,
         position_embedding_type="rope",
-        rotary_base=rope_theta,
+        rotary_base=_rope_theta(hf_config),
+        rotary_percent=_rotary_percent(hf_config),
     )
 
 
 def build_actor(tc, hf_config) -> nn.Module:
     """The policy GPTModel (weights uninitialized: load them with convert.load_into)."""
-    m = _gpt(tc, hf_config.vocab_size, hf_config.max_position_embeddings, _rope_theta(hf_config))
+    m = _gpt(tc, hf_config)
     m.t1_vocab = hf_config.vocab_size
     return m
 
@@ -179,7 +329,7 @@ def build_critic(tc, hf_config) -> nn.Module:
     from megatron.core import parallel_state as ps
 
     tc = dataclasses.replace(tc, moe_enable_routing_replay=False)  # the critic routes live
-    m = _gpt(tc, hf_config.vocab_size, hf_config.max_position_embeddings, _rope_theta(hf_config))
+    m = _gpt(tc, hf_config)
     if ps.is_pipeline_last_stage():
         m.output_layer = ValueHead(tc.hidden_size, tc.params_dtype)
     return m
@@ -188,6 +338,16 @@ def build_critic(tc, hf_config) -> nn.Module:
 def _rope_theta(c) -> float:
     rp = getattr(c, "rope_parameters", None) or {}
     return float(rp.get("rope_theta", getattr(c, "rope_theta", 10000.0)))
+
+
+def _norm_topk_prob(c) -> bool:
+    """Qwen3.5's router always renormalizes the top k (Qwen3_5MoeTopKRouter has no flag)."""
+    return True if family(c) == "qwen3_5_moe" else bool(c.norm_topk_prob)
+
+
+def _rotary_percent(c) -> float:
+    rp = getattr(c, "rope_parameters", None) or {}
+    return float(rp.get("partial_rotary_factor", getattr(c, "partial_rotary_factor", 1.0)))
 
 
 def causal_mask(t: int, device=None) -> torch.Tensor:
