@@ -50,8 +50,11 @@ class AgentOptions:
     system_prompt: str = chat.SYSTEM_PROMPT
 
 
+SYSTEM_SUFFIX = "\nYou are in {workdir} inside a Linux sandbox without network access."
+
+
 def system_prompt_for(task: Task, base: str = chat.SYSTEM_PROMPT) -> str:
-    return f"{base}\nYou are in {task.workdir} inside a Linux sandbox without network access."
+    return base + SYSTEM_SUFFIX.format(workdir=task.workdir)
 
 
 def cap_observation(tokenizer, text: str, cap_tokens: int) -> str:

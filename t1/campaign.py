@@ -104,10 +104,14 @@ def lookup(config: dict[str, Any], dotted: str) -> Any:
 
 def runs(name: str) -> dict[str, dict[str, Any]]:
     """The runs of a campaign -> their settings on top of the workflow's config: the dense run
-    `name` and its binary-reward ablation `name-binary` (`campaign_binary`)."""
+    `name`, its binary-reward arm `name-binary` (`campaign_binary`) and its cold-critic arm
+    `name-cold` (`campaign_ablations`). The arms change only what the PPO segments do, so they
+    share the dense run's tasks, tokenizer, pre-training, SFT and critic warm-up
+    (workflow/rules/common.smk `base`)."""
     return {
         name: {"run.name": name},
         f"{name}-binary": {"run.name": f"{name}-binary", "reward.kind": "binary"},
+        f"{name}-cold": {"run.name": f"{name}-cold", "critic_warmup.enabled": False},
     }
 
 

@@ -219,6 +219,27 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class FamiliesConfig:
+    """Learnable task families with held-out instances (t1.tasks.families)."""
+
+    enabled: bool = False  # generate them: their train split joins the pool, held-out is evaluated
+    train: int = 6  # training instances per family (the PPO pool and the SFT experts)
+    heldout: int = 3  # held-out instances per family (evaluated only; never trained on)
+    names: list[str] = field(default_factory=list)  # [] = every family
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Pre-training on a generated, unexecuted corpus of solved family tasks (t1.train.corpus)."""
+
+    examples: int = 0  # corpus transcripts; 0 = no pre-training stage (SFT starts from init)
+    epochs: int = 1
+    lr: float = 1e-3
+    batch: int = 8  # transcripts per optimizer step
+    save_every: int = 100
+
+
+@dataclass(frozen=True)
 class SFTConfig:
     """Supervised warm start on executed reference solutions (t1.train.sft)."""
 
@@ -304,6 +325,8 @@ class Config:
     reward: RewardConfig = field(default_factory=RewardConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    families: FamiliesConfig = field(default_factory=FamiliesConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     critic_warmup: CriticWarmupConfig = field(default_factory=CriticWarmupConfig)
     campaign: CampaignConfig = field(default_factory=CampaignConfig)

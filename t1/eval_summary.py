@@ -67,18 +67,30 @@ def rows_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def run_summary(run_dir: Path) -> dict[str, Any]:
+def _shown(path: Path, run_dir: Path) -> str:
+    """`path` relative to the run directory, or to the results directory for a shared run's."""
+    for root in (run_dir, run_dir.parent):
+        if path.is_relative_to(root):
+            return str(path.relative_to(root))
+    return str(path)
+
+
+def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
     """`summary.json` of a campaign run, for scripts: per split and stage, from eval records.
 
     For `heldout` and `train`, each of `sft` and `ppo`: {resolved (rate), n (trajectories),
     tasks, ci95 [low, high] (Wilson), pass_at_k, k, source}, or null when the run has no such
     evaluation, with a `notes` entry saying why. A trajectory counts for `train` when its task
     id is in the run's train pool (pool/train/manifest.json), else for `heldout`; the records
-    are RUN/eval/<stage>/eval.json (t1 evaluate, workflow/rules/evaluate.smk)."""
+    are RUN/eval/<stage>/eval.json (t1 evaluate, workflow/rules/evaluate.smk).
+
+    `shared`: the run an ablation arm shares its upstream stages with (campaign.runs): its
+    train pool, and its SFT evaluation where the arm has none of its own."""
     from t1.tasks.pool import MANIFEST
 
     notes: list[str] = []
-    train_manifest = run_dir / "pool" / "train" / MANIFEST
+    home = Path(shared) if shared else run_dir
+    train_manifest = home / "pool" / "train" / MANIFEST
     train_ids: set[str] | None = None
     if train_manifest.is_file():
         train_ids = {str(t["id"]) for t in json.loads(train_manifest.read_text())["tasks"]}
@@ -87,9 +99,11 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {split: dict.fromkeys(STAGES) for split in SPLITS}
     for stage in STAGES:
         path = run_dir / "eval" / stage / "eval.json"
+        if not path.is_file() and shared:
+            path = Path(shared) / "eval" / stage / "eval.json"
         if not path.is_file():
             notes += [
-                f"{sp}.{stage}: no evaluation ({path.relative_to(run_dir)} missing)"
+                f"{sp}.{stage}: no evaluation ({_shown(path, run_dir)} missing)"
                 for sp in SPLITS
             ]
             continue
@@ -108,7 +122,7 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
                 what = "outside" if split == "heldout" else "inside"
                 notes.append(
                     f"{split}.{stage}: none of the {len({r['task'] for r in rows})} tasks "
-                    f"evaluated in {path.relative_to(run_dir)} lies {what} the train pool"
+                    f"evaluated in {_shown(path, run_dir)} lies {what} the train pool"
                     + (" (tasks.eval_dirs overlaps tasks.train_dirs)" if split == "heldout" else "")
                 )
                 continue
@@ -120,7 +134,7 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
                 "ci95": b["ci95"],
                 "pass_at_k": b["pass_at_k"],
                 "k": k,
-                "source": str(path.relative_to(run_dir)),
+                "source": _shown(path, run_dir),
             }
             if split == "train":
                 notes.append(

@@ -555,6 +555,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--html", type=Path, help="self-contained HTML page (default: --out with .html)"
     )
+    parser.add_argument(
+        "--shared-run-dir",
+        type=Path,
+        help="the run whose train pool and SFT evaluation this run shares (an ablation arm)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -572,7 +577,7 @@ def main(args: argparse.Namespace) -> int:
     page.parent.mkdir(parents=True, exist_ok=True)
     from t1.eval_summary import run_summary  # RUN_DIR/summary.json: sft/ppo per split, for scripts
 
-    summary = run_summary(run_dir)
+    summary = run_summary(run_dir, shared=getattr(args, "shared_run_dir", None))
     doc = build(run_dir, out, summary)
     write_atomic(out, markdown(doc))
     write_atomic(page, to_html(doc))

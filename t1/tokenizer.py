@@ -67,7 +67,7 @@ QWEN35_PATTERN = (
 QWEN35_RANKS = 248044
 QWEN35_SPECIAL_START = 248044
 QWEN35_CACHE = Path("~/.cache/t1/qwen3.5-tokenizer")
-BPE_CACHE = Path("~/.cache/t1/bpe-tokenizer-v3")  # v3: the pinned generated corpus, paragraphs
+BPE_CACHE = Path("~/.cache/t1/bpe-tokenizer-v4")  # v4: + agent transcripts of the task families
 
 DEFAULT_VOCAB_SIZE = 4096
 CORPUS_RECORD = "corpus.json"  # what the tokenizer was trained on: sources, size, sha256
@@ -225,11 +225,37 @@ def task_texts(dirs: Iterable[str | Path], cap_bytes: int = 1_000_000) -> Iterat
                 return
 
 
+def transcript_texts(n: int = 2000, seed: int = GENERATED_CORPUS_SEED) -> Iterator[str]:
+    """Agent transcripts as the chat template renders them (system prompt with the bash tool,
+    an instruction, tool calls, tool responses, the final answer) for random instances of the
+    task families (t1.tasks.families): the template's fixed text and the tool-call JSON become
+    few tokens, so a prompt costs the tiny policy ~190 tokens instead of ~370."""
+    import jinja2
+
+    from t1 import chat
+    from t1.agent import SYSTEM_SUFFIX, format_observation
+    from t1.expert import FINAL_ANSWER
+    from t1.tasks.families import WORKDIR, draw_corpus
+
+    env = jinja2.Environment()
+    env.filters["tojson"] = lambda x: json.dumps(x, ensure_ascii=False)
+    template = env.from_string(CHAT_TEMPLATE)
+    system = chat.SYSTEM_PROMPT + SYSTEM_SUFFIX.format(workdir=WORKDIR)
+    observation = format_observation(0, "", False)
+    for inst in draw_corpus(seed, n, set()):
+        messages = chat.initial_messages(inst.instruction_md(), system)
+        for command in [f"cd {WORKDIR}", *inst.commands()]:
+            messages.append({"role": "assistant", "content": chat.tool_call_text(command)})
+            messages.append({"role": "tool", "content": observation})
+        messages.append({"role": "assistant", "content": FINAL_ANSWER})
+        yield template.render(messages=messages, tools=chat.TOOLS, add_generation_prompt=False)
+
+
 def default_corpus(task_dirs: Iterable[str | Path] = ()) -> list[str]:
     """The pinned default corpus: the text files of the task directories given (the repository
-    ships them) + `generated_texts()`. Nothing from the host (man pages, `--help` output and
-    licenses differ between machines and after an `apt-get install`)."""
-    return list(task_texts(task_dirs)) + list(generated_texts())
+    ships them) + `generated_texts()` + `transcript_texts()`. Nothing from the host (man pages,
+    `--help` output and licenses differ between machines and after an `apt-get install`)."""
+    return list(task_texts(task_dirs)) + list(generated_texts()) + list(transcript_texts())
 
 
 def corpus_sha256(texts: Iterable[str]) -> str:

@@ -25,6 +25,7 @@ LIBRARIES_WITH_A_COMMAND = {
     "t1.rollout": "collect/load_tasks/write_batch (evaluate and the gap bench reuse them)",
     "t1.sandbox.provision": "the provision cache the sandboxes mount",
     "t1.audit": "the audit scores (the pool builder ranks by them)",
+    "t1.tasks.families": "the task families (the pre-training corpus and the tokenizer draw them)",
 }
 CLI_PARTS = {"main", "add_arguments"}
 # Imports from a command module known today, each with what fixes it; each must still exist

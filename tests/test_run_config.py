@@ -25,10 +25,11 @@ def test_lookup_falls_back_to_the_dataclass_default():
         campaign.lookup(cfg, "campaign.nope")
 
 
-def test_runs_are_the_dense_run_and_its_binary_ablation():
+def test_runs_are_the_dense_run_and_its_binary_and_cold_critic_arms():
     assert campaign.runs("tiny") == {
         "tiny": {"run.name": "tiny"},
         "tiny-binary": {"run.name": "tiny-binary", "reward.kind": "binary"},
+        "tiny-cold": {"run.name": "tiny-cold", "critic_warmup.enabled": False},
     }
 
 
@@ -70,8 +71,8 @@ def test_warn_if_pinned_differs(tmp_path):
     assert campaign.warn_if_pinned_differs(str(tmp_path), runs, cfg, out) == []
     assert out.getvalue() == ""
     moved = {**cfg, "campaign": {"segments": 9}}
-    assert len(campaign.warn_if_pinned_differs(str(tmp_path), runs, moved, out)) == 2
-    assert out.getvalue().count("NOTE: ") == 2 and "r-binary/config.yaml" in out.getvalue()
+    assert len(campaign.warn_if_pinned_differs(str(tmp_path), runs, moved, out)) == len(runs)
+    assert out.getvalue().count("NOTE: ") == len(runs) and "r-binary/config.yaml" in out.getvalue()
 
 
 def test_run_config_is_a_listed_t1_subcommand():

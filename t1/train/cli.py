@@ -1,5 +1,6 @@
 """`t1 train`: one training stage from a starting point to an output directory.
 
+    t1 train --config FILE --stage pretrain                      --from POLICY_DIR --out DIR --tokenizer TOK
     t1 train --config FILE --stage sft           --in TRAJ_DIR   --from POLICY_DIR --out DIR
     t1 train --config FILE --stage critic_warmup --in POOL_DIR   --from SFT_DIR    --out DIR
     t1 train --config FILE --stage ppo           --in ROLLOUT_DIR --from CKPT_DIR  --out DIR
@@ -57,7 +58,7 @@ import argparse
 import os
 from pathlib import Path
 
-STAGES = ("sft", "critic_warmup", "ppo")
+STAGES = ("pretrain", "sft", "critic_warmup", "ppo")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,8 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--in",
         dest="inputs",
         action="append",
-        required=True,
-        help="trajectory directory (repeatable)",
+        help="trajectory directory (repeatable; every stage but pretrain)",
     )
     parser.add_argument(
         "--from",
@@ -101,6 +101,9 @@ def main(args: argparse.Namespace) -> int:
         cfg = load_config(args.config)
     except ConfigError as e:
         print(f"t1 train: {e}")
+        return 2
+    if args.stage != "pretrain" and not args.inputs:
+        print(f"t1 train: --stage {args.stage} needs --in (a trajectory directory)")
         return 2
     if args.stage == "ppo" and args.critic and not Path(args.critic, "critic").is_dir():
         print(f"t1 train: --critic {args.critic}: no critic/ directory (a critic_warmup output?)")

@@ -47,25 +47,29 @@ def run_stage(
     batch: int,
     save_every: int,
     weights: dict[str, bool],
+    rows_of: Callable[[Any], tuple[list, dict[str, Any]]] | None = None,
 ) -> int:
     """Run one resumable stage into `args.out`; returns the process exit code.
 
     data: keyword arguments of `t1.train.data.load_rows` (reward kind, require_reward).
     build: makes the trainer (loads the starting weights); called only when there is work.
     update: (trainer, minibatch) -> metrics, one optimizer step.
-    weights: `HFTrainer.save_weights` flags (which of actor/critic the stage produces)."""
+    weights: `HFTrainer.save_weights` flags (which of actor/critic the stage produces).
+    rows_of: tokenizer -> (rows, stats) instead of the trajectories under --in (pre-training
+    builds its rows from the generated corpus, t1.train.corpus)."""
     out = StageDir(args.out, stage, keep=cfg.campaign.keep_checkpoints)
     if out.done():
         print(f"t1 train {stage}: {out.done_file} exists; nothing to do")
         return 0
+    inputs = list(args.inputs or [])
     try:
-        tokenizer = load_tokenizer_for(args.tokenizer, args.inputs)
-        rows, stats = load_rows(args.inputs, tokenizer, **data)
+        tokenizer = load_tokenizer_for(args.tokenizer, inputs)
+        rows, stats = rows_of(tokenizer) if rows_of else load_rows(inputs, tokenizer, **data)
     except DataError as e:
         print(f"t1 train {stage}: {e}")
         return EXIT_NO_DATA
     if not rows:
-        print(f"t1 train {stage}: no trainable trajectory under {', '.join(args.inputs)} ({stats})")
+        print(f"t1 train {stage}: no trainable row from {', '.join(inputs) or 'the corpus'} ({stats})")
         return EXIT_NO_DATA
     trainer = build()
     saved = out.load()

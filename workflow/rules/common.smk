@@ -66,8 +66,19 @@ def provisioned(wildcards):
     return f"{RESULTS}/{wildcards.run}/provision/provision.json"
 
 
+def base(run):
+    # the run whose tasks, tokenizer, pre-training, SFT and critic warm-up `run` uses: the
+    # ablation arms (NAME-binary, NAME-cold: campaign.runs) change only the PPO segments
+    return NAME
+
+
+def run_conf(run, dotted):
+    """A key as `run` sets it (its campaign.runs settings), else the workflow's config."""
+    return RUNS[run].get(dotted, conf(dotted))
+
+
 def tokenizer_dir(wildcards):
-    return f"{RESULTS}/{wildcards.run}/tokenizer"
+    return f"{RESULTS}/{base(wildcards.run)}/tokenizer"
 
 
 CONFIG_FILES = campaign.config_files(
@@ -101,13 +112,28 @@ TRAINER_IMAGE = conf("campaign.trainer_image")
 # ---------------------------------------------------------------- input functions
 
 
+FAMILIES_DIR = f"{RESULTS}/{NAME}/tasks/families"  # shared by the runs, like synthesis
+
+
+def family_dirs(split):
+    # t1 families: the training instances join the train pool; the eval pool holds both the
+    # training and the held-out instances (summary.json splits them by train-pool membership)
+    if not conf("families.enabled"):
+        return []
+    return [f"{FAMILIES_DIR}/train"] + ([f"{FAMILIES_DIR}/heldout"] if split == "eval" else [])
+
+
 def split_dirs(wildcards):
-    dirs = list(conf(f"tasks.{wildcards.split}_dirs"))
+    dirs = list(conf(f"tasks.{wildcards.split}_dirs")) + family_dirs(wildcards.split)
     if wildcards.split == "train" and conf("campaign.synthesize"):
         # the tasks the audit accepted (instructions repaired); synthesized once, under the
         # dense run, and shared by its ablations (the binary run trains on the same pool)
         dirs.append(f"{RESULTS}/{NAME}/tasks/audit")
     return " ".join(dirs)
+
+
+def families_done(wildcards):
+    return [f"{FAMILIES_DIR}/families.json"] if conf("families.enabled") else []
 
 
 def split_inputs(wildcards):
@@ -117,21 +143,36 @@ def split_inputs(wildcards):
     return out
 
 
+def sft_start(run):
+    # pre-training on the generated corpus (t1 train --stage pretrain) when pretrain.examples > 0
+    if conf("pretrain.examples") > 0:
+        return f"{RESULTS}/{run}/pretrain/actor"
+    return f"{RESULTS}/{run}/policy/init"
+
+
+def sft_start_done(wildcards):
+    if conf("pretrain.examples") > 0:
+        return f"{RESULTS}/{wildcards.run}/pretrain/DONE.json"
+    return f"{RESULTS}/{wildcards.run}/policy/init"
+
+
 def segment_inputs(wildcards):
     i = int(wildcards.i)
     out = {"cfg": pinned(wildcards), "tok": tokenizer_dir(wildcards)}
+    b = base(wildcards.run)
+    out["pool"] = f"{RESULTS}/{b}/pool/train/manifest.json"
     if i > 0:
         out["prev"] = f"{RESULTS}/{wildcards.run}/ppo/iter_{i - 1:05d}/DONE"
     else:
-        out["sft"] = f"{RESULTS}/{wildcards.run}/sft/model/DONE.json"
-        if conf("critic_warmup.enabled"):
-            out["critic"] = f"{RESULTS}/{wildcards.run}/critic/warmup/DONE.json"
+        out["sft"] = f"{RESULTS}/{b}/sft/model/DONE.json"
+        if run_conf(wildcards.run, "critic_warmup.enabled"):
+            out["critic"] = f"{RESULTS}/{b}/critic/warmup/DONE.json"
     return out
 
 
 def critic_flag(wildcards):
-    if conf("critic_warmup.enabled"):
-        return f"--critic {RESULTS}/{wildcards.run}/critic/warmup"
+    if run_conf(wildcards.run, "critic_warmup.enabled"):
+        return f"--critic {RESULTS}/{base(wildcards.run)}/critic/warmup"
     return ""
 
 
@@ -144,10 +185,10 @@ def eval_inputs(wildcards):
     out = {
         "cfg": pinned(wildcards),
         "tok": tokenizer_dir(wildcards),
-        "pool": f"{RESULTS}/{wildcards.run}/pool/eval/manifest.json",
+        "pool": f"{RESULTS}/{base(wildcards.run)}/pool/eval/manifest.json",
     }
     if wildcards.stage == "sft":
-        out["policy_done"] = f"{RESULTS}/{wildcards.run}/sft/model/DONE.json"
+        out["policy_done"] = f"{RESULTS}/{base(wildcards.run)}/sft/model/DONE.json"
     else:
         out["policy_done"] = final_segment(wildcards.run)
     return out
@@ -155,5 +196,19 @@ def eval_inputs(wildcards):
 
 def eval_policy(wildcards):
     if wildcards.stage == "sft":
-        return f"{RESULTS}/{wildcards.run}/sft/model/actor"
+        return f"{RESULTS}/{base(wildcards.run)}/sft/model/actor"
     return final_policy(wildcards.run)
+
+
+def report_evals(wildcards):
+    # an arm's SFT policy is the dense run's: its evaluation is shared, not repeated
+    run = wildcards.run
+    return [
+        f"{RESULTS}/{base(run)}/eval/sft/eval.json",
+        f"{RESULTS}/{run}/eval/ppo/eval.json",
+    ]
+
+
+def shared_flag(wildcards):
+    b = base(wildcards.run)
+    return "" if b == wildcards.run else f"--shared-run-dir {RESULTS}/{b}"

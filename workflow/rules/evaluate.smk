@@ -19,7 +19,7 @@ rule evaluate_policy:
         gpu=GPUS,
     params:
         policy=eval_policy,
-        pool=lambda w: f"{RESULTS}/{w.run}/pool/eval/tasks",
+        pool=lambda w: f"{RESULTS}/{base(w.run)}/pool/eval/tasks",
         out=lambda w: f"{RESULTS}/{w.run}/eval/{w.stage}",
     shell:
         "t1 evaluate --config {input.cfg} --policy {params.policy} --tokenizer {input.tok} --tasks {params.pool} --label {wildcards.stage} --out {params.out} &> {log}"

@@ -39,3 +39,27 @@ rule init_policy:
         cpus_per_task=CPUS,
     shell:
         "t1 init-policy --config {input.cfg} --tokenizer {input.tok} --out {output} &> {log}"
+
+
+rule pretrain:
+    input:
+        cfg=pinned,
+        tok=tokenizer_dir,
+        policy=rules.init_policy.output,
+    output:
+        f"{RESULTS}/{{run}}/pretrain/DONE.json",
+    log:
+        f"{RESULTS}/{{run}}/logs/pretrain/attempt-{ATTEMPT}.log",
+    container:
+        TRAINER_IMAGE
+    threads: CPUS
+    resources:
+        runtime=TRAIN_MIN,
+        mem_mb=MEM_MB,
+        cpus_per_task=CPUS,
+        nodes=NODES,
+        gpu=GPUS,
+    params:
+        out=lambda w: f"{RESULTS}/{w.run}/pretrain",
+    shell:
+        "t1 train --config {input.cfg} --stage pretrain --from {input.policy} --tokenizer {input.tok} --out {params.out} &> {log}"

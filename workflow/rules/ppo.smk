@@ -25,8 +25,9 @@ rule ppo_segment:
     params:
         run_dir=lambda w: f"{RESULTS}/{w.run}",
         workdir=lambda w: f"{RESULTS}/{w.run}/ppo/iter_{w.i}",
-        sft=lambda w: f"{RESULTS}/{w.run}/sft/model",
+        sft=lambda w: f"{RESULTS}/{base(w.run)}/sft/model",
+        pool=lambda w: f"{RESULTS}/{base(w.run)}/pool/train",
         critic=critic_flag,
         spec=children_flag,
     shell:
-        "t1 supervise --config {input.cfg} --workdir {params.workdir} --deadline slurm --requeue {params.spec} -- t1 segment --config {input.cfg} --iter {wildcards.i} --run-dir {params.run_dir} --from {params.sft} {params.critic} --tokenizer {input.tok} --out {output} &> {log}"
+        "t1 supervise --config {input.cfg} --workdir {params.workdir} --deadline slurm --requeue {params.spec} -- t1 segment --config {input.cfg} --iter {wildcards.i} --run-dir {params.run_dir} --from {params.sft} --pool {params.pool} {params.critic} --tokenizer {input.tok} --out {output} &> {log}"

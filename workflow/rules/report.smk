@@ -6,9 +6,7 @@ rule report:
     input:
         cfg=pinned,
         final=lambda w: final_segment(w.run),
-        evals=expand(
-            f"{RESULTS}/{{{{run}}}}/eval/{{stage}}/eval.json", stage=["sft", "ppo"]
-        ),
+        evals=report_evals,
     output:
         report=f"{RESULTS}/{{run}}/report.md",
         html=f"{RESULTS}/{{run}}/report.html",
@@ -20,5 +18,6 @@ rule report:
         TRAINER_IMAGE
     params:
         run_dir=lambda w: f"{RESULTS}/{w.run}",
+        shared=shared_flag,
     shell:
-        "t1 report --config {input.cfg} --run-dir {params.run_dir} --out {output.report} &> {log}"
+        "t1 report --config {input.cfg} --run-dir {params.run_dir} --out {output.report} {params.shared} &> {log}"

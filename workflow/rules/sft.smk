@@ -29,7 +29,7 @@ rule sft:
         cfg=pinned,
         tok=tokenizer_dir,
         expert=rules.expert_rollout.output,
-        policy=rules.init_policy.output,
+        start=sft_start_done,
     output:
         f"{RESULTS}/{{run}}/sft/model/DONE.json",
     log:
@@ -46,5 +46,6 @@ rule sft:
     params:
         expert=lambda w: f"{RESULTS}/{w.run}/sft/expert",
         out=lambda w: f"{RESULTS}/{w.run}/sft/model",
+        start=lambda w: sft_start(w.run),
     shell:
-        "t1 train --config {input.cfg} --stage sft --in {params.expert} --from {input.policy} --tokenizer {input.tok} --out {params.out} &> {log}"
+        "t1 train --config {input.cfg} --stage sft --in {params.expert} --from {params.start} --tokenizer {input.tok} --out {params.out} &> {log}"

@@ -20,9 +20,26 @@ rule run_config:
 # Dockerfiles, verifiers and solutions) and the task environments (bwrap layers or apptainer
 # images) are built here, on the submit host, before any compute job; compute jobs only read
 # those caches.
+rule families:
+    input:
+        cfg=ancient(f"{RESULTS}/{NAME}/config.yaml"),
+    output:
+        f"{FAMILIES_DIR}/families.json",
+    log:
+        f"{FAMILIES_DIR}/logs/attempt-{ATTEMPT}.log",
+    localrule: True
+    container:
+        TRAINER_IMAGE
+    params:
+        out=FAMILIES_DIR,
+    shell:
+        "t1 families --config {input.cfg} --out {params.out} &> {log}"
+
+
 rule provision:
     input:
         cfg=pinned,
+        families=families_done,
     output:
         f"{RESULTS}/{{run}}/provision/provision.json",
     log:
@@ -32,7 +49,11 @@ rule provision:
         TRAINER_IMAGE
     params:
         dirs=" ".join(
-            sorted(set(conf("tasks.train_dirs")) | set(conf("tasks.eval_dirs")))
+            sorted(
+                set(conf("tasks.train_dirs"))
+                | set(conf("tasks.eval_dirs"))
+                | set(family_dirs("eval"))
+            )
         ),
         backend=conf("sandbox.backend"),
         env_cache=conf("tasks.env_cache"),

@@ -1,0 +1,396 @@
+"""Task families small enough for the tiny policy to learn, with held-out instances.
+
+    t1 families --config workflow/config/tiny.yaml --out results/tiny/tasks/families
+
+Each family is a parameterized one-command shell task ("In /app, copy tulip.txt to
+cedar.txt.") with 2-3 pytest assertions (dense reward), rendered in the v2 (Harbor) layout
+that `t1 synth` writes: instruction.md, task.toml, environment/Dockerfile (+ files/),
+solution/solve.sh, tests/test.sh + tests/test_outputs.py. Their verifiers run through the same
+oracle, no-op, audit-free pool and reward path as every other task.
+
+Every parameter appears in the instruction exactly as the command spells it (" tulip.txt",
+never "/app/tulip.txt"): with a byte-level BPE the word after "/" and the word after a space
+are different tokens, and a tiny policy learns to copy a token long before it learns to map
+one token to another (measured: with "/app/NAME" instructions, 400 pre-training steps left
+every held-out command wrong, all other tokens right).
+
+`make_split(seed, train, heldout)` draws the instances of every family: `train` per family go
+to OUT/train (the PPO pool and the SFT experts), `heldout` per family to OUT/heldout (only
+evaluated). No parameter tuple appears in both, and every held-out instance uses at least one
+word that no training instance of its family uses, so a held-out task is one the policy never
+saw in SFT or PPO (the pre-training corpus, t1.train.corpus, never contains a held-out
+instance either: it excludes them by their parameters).
+
+Families, by category (difficulty in brackets; the no-op score is what an agent that does
+nothing passes):
+
+  files   create-file [easy], make-dirs [easy], copy-file [easy, no-op 1/3],
+          rename-file [easy], delete-file [easy, no-op 1/2]
+  text    count-lines [medium], sort-lines [medium], grep-lines [medium]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from t1.records import write_json_atomic
+from t1.tasks.runner import TEST_FILE, TEST_SH
+
+SCHEMA_VERSION = 1
+WORKDIR = "/app"
+# Short, common words: file names, directory names and contents are drawn from these.
+WORDS = (
+    "apple", "amber", "anchor", "arrow", "aspen", "badge", "basil", "beach", "berry", "birch",
+    "blade", "bloom", "board", "brick", "brook", "cabin", "candle", "canyon", "cedar", "chalk",
+    "cherry", "cliff", "cloud", "clover", "coast", "comet", "coral", "cotton", "crane", "creek",
+    "crown", "daisy", "delta", "desert", "dune", "eagle", "ember", "fable", "falcon", "fern",
+    "field", "flame", "flint", "forest", "frost", "garden", "ginger", "glacier", "grape",
+    "harbor", "hazel", "heron", "hill", "honey", "island", "ivory", "jade", "jasmine", "jungle",
+    "kettle", "lagoon", "lake", "lantern", "lemon", "lilac", "linen", "lotus", "maple",
+    "marble", "meadow", "mint", "moss", "night", "oak", "ocean", "olive", "orchid", "otter",
+    "pebble", "pepper", "pine", "planet", "plum", "pond", "poppy", "prism", "quartz", "rain",
+    "raven", "reef", "ridge", "river", "robin", "rose", "saffron", "sage", "sand", "shadow",
+    "shell", "silver", "slate", "snow", "spark", "spruce", "star", "stone", "storm", "summit",
+    "sun", "swan", "thistle", "thunder", "tiger", "timber", "topaz", "tulip", "valley",
+    "velvet", "violet", "walnut", "willow", "wind", "winter", "wolf", "zephyr",
+)  # fmt: skip
+
+TEST_HEAD = '''"""Verifier of {task_id} (t1 families: {family}): one pytest case per assertion."""
+from pathlib import Path
+
+APP = Path("/app")
+
+
+def _read(name):
+    return (APP / name).read_text()
+'''
+
+
+@dataclass(frozen=True)
+class Family:
+    """One task family: how its parameters are drawn and what each instance contains."""
+
+    name: str
+    category: str
+    difficulty: str
+    draw: Callable[[random.Random], dict[str, Any]]
+    instruction: Callable[[dict[str, Any]], str]
+    command: Callable[[dict[str, Any]], str]
+    files: Callable[[dict[str, Any]], dict[str, str]]  # /app-relative name -> content
+    tests: Callable[[dict[str, Any]], str]  # pytest functions (after TEST_HEAD)
+
+
+def _distinct(r: random.Random, k: int) -> list[str]:
+    return r.sample(WORDS, k)
+
+
+def _lines(r: random.Random, n: int) -> list[str]:
+    return [" ".join(r.sample(WORDS, 2)) for _ in range(n)]
+
+
+def _create_file(r):
+    a, b = _distinct(r, 2)
+    return {"name": a, "word": b}
+
+
+def _make_dirs(r):
+    a, b = _distinct(r, 2)
+    return {"parent": a, "child": b}
+
+
+def _two_files(r):
+    a, b, c = _distinct(r, 3)
+    return {"src": a, "dst": b, "word": c}
+
+
+def _delete(r):
+    a, b = _distinct(r, 2)
+    return {"victim": a, "keep": b}
+
+
+def _text(r):
+    a, b = _distinct(r, 2)
+    lines = _lines(r, r.randint(3, 7))
+    return {"src": a, "dst": b, "lines": lines}
+
+
+def _grep(r):
+    a, b, w = _distinct(r, 3)
+    lines = _lines(r, r.randint(4, 7))
+    hits = sorted(r.sample(range(len(lines)), r.randint(1, 2)))
+    for i in hits:
+        lines[i] = f"{lines[i].split()[0]} {w}"
+    return {"src": a, "dst": b, "word": w, "lines": lines}
+
+
+def _body(lines: list[str]) -> str:
+    return "".join(f"{x}\n" for x in lines)
+
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family(
+            "create-file", "files", "easy", _create_file,
+            lambda p: f"In /app, create the file {p['name']}.txt containing the word {p['word']}.",
+            lambda p: f"echo {p['word']} > {p['name']}.txt",
+            lambda p: {},
+            lambda p: (
+                f"def test_file_exists():\n    assert (APP / '{p['name']}.txt').is_file()\n\n\n"
+                f"def test_content():\n    assert _read('{p['name']}.txt').strip() == '{p['word']}'\n"
+            ),
+        ),
+        Family(
+            "make-dirs", "files", "easy", _make_dirs,
+            lambda p: f"In /app, create the directory {p['parent']}/{p['child']}.",
+            lambda p: f"mkdir -p {p['parent']}/{p['child']}",
+            lambda p: {},
+            lambda p: (
+                f"def test_parent():\n    assert (APP / '{p['parent']}').is_dir()\n\n\n"
+                f"def test_child():\n    assert (APP / '{p['parent']}' / '{p['child']}').is_dir()\n"
+            ),
+        ),
+        Family(
+            "copy-file", "files", "easy", _two_files,
+            lambda p: f"In /app, copy {p['src']}.txt to {p['dst']}.txt.",
+            lambda p: f"cp {p['src']}.txt {p['dst']}.txt",
+            lambda p: {f"{p['src']}.txt": f"{p['word']}\n"},
+            lambda p: (
+                f"def test_copy_exists():\n    assert (APP / '{p['dst']}.txt').is_file()\n\n\n"
+                f"def test_copy_content():\n    assert _read('{p['dst']}.txt') == '{p['word']}\\n'\n\n\n"
+                f"def test_original_kept():\n    assert _read('{p['src']}.txt') == '{p['word']}\\n'\n"
+            ),
+        ),
+        Family(
+            "rename-file", "files", "easy", _two_files,
+            lambda p: f"In /app, rename {p['src']}.txt to {p['dst']}.txt.",
+            lambda p: f"mv {p['src']}.txt {p['dst']}.txt",
+            lambda p: {f"{p['src']}.txt": f"{p['word']}\n"},
+            lambda p: (
+                f"def test_new_name():\n    assert (APP / '{p['dst']}.txt').is_file()\n\n\n"
+                f"def test_old_name_gone():\n    assert not (APP / '{p['src']}.txt').exists()\n\n\n"
+                f"def test_content_kept():\n    assert _read('{p['dst']}.txt') == '{p['word']}\\n'\n"
+            ),
+        ),
+        Family(
+            "delete-file", "files", "easy", _delete,
+            lambda p: f"In /app, delete {p['victim']}.log but keep {p['keep']}.txt.",
+            lambda p: f"rm {p['victim']}.log",
+            lambda p: {f"{p['victim']}.log": "old\n", f"{p['keep']}.txt": "keep\n"},
+            lambda p: (
+                f"def test_deleted():\n    assert not (APP / '{p['victim']}.log').exists()\n\n\n"
+                f"def test_kept():\n    assert _read('{p['keep']}.txt') == 'keep\\n'\n"
+            ),
+        ),
+        Family(
+            "count-lines", "text", "medium", _text,
+            lambda p: f"In /app, write the number of lines of {p['src']}.txt to {p['dst']}.txt.",
+            lambda p: f"wc -l < {p['src']}.txt > {p['dst']}.txt",
+            lambda p: {f"{p['src']}.txt": _body(p["lines"])},
+            lambda p: (
+                f"def test_output_exists():\n    assert (APP / '{p['dst']}.txt').is_file()\n\n\n"
+                f"def test_count():\n    assert _read('{p['dst']}.txt').strip() == '{len(p['lines'])}'\n"
+            ),
+        ),
+        Family(
+            "sort-lines", "text", "medium", _text,
+            lambda p: f"In /app, sort the lines of {p['src']}.txt into {p['dst']}.txt.",
+            lambda p: f"sort {p['src']}.txt > {p['dst']}.txt",
+            lambda p: {f"{p['src']}.txt": _body(p["lines"])},
+            lambda p: (
+                f"def test_output_exists():\n    assert (APP / '{p['dst']}.txt').is_file()\n\n\n"
+                f"def test_same_lines():\n    assert sorted(_read('{p['dst']}.txt').split('\\n')) == "
+                f"sorted({_body(p['lines']).split(chr(10))!r})\n\n\n"
+                f"def test_sorted():\n    assert _read('{p['dst']}.txt') == {_body(sorted(p['lines']))!r}\n"
+            ),
+        ),
+        Family(
+            "grep-lines", "text", "medium", _grep,
+            lambda p: (
+                f"In /app, write the lines of {p['src']}.txt that contain {p['word']} "
+                f"to {p['dst']}.txt."
+            ),
+            lambda p: f"grep {p['word']} {p['src']}.txt > {p['dst']}.txt",
+            lambda p: {f"{p['src']}.txt": _body(p["lines"])},
+            lambda p: (
+                f"def test_output_exists():\n    assert (APP / '{p['dst']}.txt').is_file()\n\n\n"
+                f"def test_lines():\n    assert _read('{p['dst']}.txt') == "
+                f"{_body([x for x in p['lines'] if p['word'] in x])!r}\n"
+            ),
+        ),
+    )
+}  # fmt: skip
+
+
+def words_of(params: dict[str, Any]) -> set[str]:
+    """The drawn words of an instance (names and the grep word; not file contents)."""
+    return {v for k, v in params.items() if isinstance(v, str)}
+
+
+def key_of(family: str, params: dict[str, Any]) -> str:
+    """An instance's identity: its family and its drawn words."""
+    return json.dumps([family, sorted((k, v) for k, v in params.items() if isinstance(v, str))])
+
+
+@dataclass(frozen=True)
+class Instance:
+    family: str
+    params: dict[str, Any]
+    index: int
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.family}-{self.index:03d}"
+
+    @property
+    def fam(self) -> Family:
+        return FAMILIES[self.family]
+
+    def instruction(self) -> str:
+        return self.fam.instruction(self.params)
+
+    def instruction_md(self) -> str:
+        """instruction.md's text, which is what the agent's prompt holds (newline included)."""
+        return self.instruction() + "\n"
+
+    def commands(self) -> list[str]:
+        """What the expert types (after `cd /app`)."""
+        return [self.fam.command(self.params)]
+
+
+def make_split(
+    seed: int, train: int, heldout: int, families: list[str] | None = None
+) -> dict[str, list[Instance]]:
+    """`train` and `heldout` instances per family; held-out ones share no parameter tuple with
+    the training ones and each holds a word its family's training instances never use."""
+    names = families or list(FAMILIES)
+    unknown = sorted(set(names) - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"unknown task families {unknown} (known: {sorted(FAMILIES)})")
+    r = random.Random(f"t1-families-{seed}")
+    out: dict[str, list[Instance]] = {"train": [], "heldout": []}
+    for name in names:
+        fam = FAMILIES[name]
+        seen: set[str] = set()
+        used: set[str] = set()
+        for i in range(train):
+            for _ in range(1000):
+                p = fam.draw(r)
+                if key_of(name, p) not in seen:
+                    break
+            seen.add(key_of(name, p))
+            used |= words_of(p)
+            out["train"].append(Instance(name, p, i))
+        for j in range(heldout):
+            for _ in range(10000):
+                p = fam.draw(r)
+                if key_of(name, p) not in seen and words_of(p) - used:
+                    break
+            else:
+                raise ValueError(f"{name}: cannot draw {heldout} held-out instances")
+            seen.add(key_of(name, p))
+            out["heldout"].append(Instance(name, p, train + j))
+    return out
+
+
+def draw_corpus(seed: int, n: int, exclude: set[str]) -> Iterator[Instance]:
+    """`n` random instances over all families, none of whose keys is in `exclude`."""
+    r = random.Random(f"t1-corpus-{seed}")
+    names = list(FAMILIES)
+    i = 0
+    while i < n:
+        name = names[i % len(names)]
+        p = FAMILIES[name].draw(r)
+        if key_of(name, p) in exclude:
+            continue
+        yield Instance(name, p, i)
+        i += 1
+
+
+def render(inst: Instance, out: Path) -> Path:
+    """Write one instance as a v2 task directory (written aside, then renamed)."""
+    fam = inst.fam
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    (tmp / "environment").mkdir(parents=True)
+    files = fam.files(inst.params)
+    docker = ["FROM python:3.11-slim-bookworm", f"WORKDIR {WORKDIR}"]
+    for name, content in sorted(files.items()):
+        (tmp / "environment" / "files").mkdir(exist_ok=True)
+        (tmp / "environment" / "files" / name).write_text(content)
+        docker.append(f"COPY files/{name} {WORKDIR}/{name}")
+    (tmp / "environment" / "Dockerfile").write_text("\n".join(docker) + "\n")
+    (tmp / "solution").mkdir()
+    solve = tmp / "solution" / "solve.sh"
+    solve.write_text("#!/bin/bash\n" + "\n".join(inst.commands()) + "\n")
+    solve.chmod(0o755)
+    (tmp / "tests").mkdir()
+    (tmp / "tests" / "test.sh").write_text(TEST_SH)
+    (tmp / "tests" / "test.sh").chmod(0o755)
+    tests = TEST_HEAD.format(task_id=inst.task_id, family=inst.family) + "\n\n" + fam.tests(inst.params)
+    (tmp / "tests" / TEST_FILE).write_text(tests)
+    (tmp / "instruction.md").write_text(inst.instruction_md())
+    (tmp / "task.toml").write_text(
+        'version = "1.0"\n\n[metadata]\n'
+        f'category = "{fam.category}"\ndifficulty = "{fam.difficulty}"\n'
+        f'tags = ["t1-families", "{inst.family}"]\nauthor_name = "t1 families"\n\n'
+        "[verifier]\ntimeout_sec = 60\n\n[agent]\ntimeout_sec = 300\n\n"
+        "[environment]\ncpus = 1\nmemory_mb = 1024\nallow_internet = false\n"
+    )
+    write_json_atomic(
+        tmp / "family.json",
+        {"schema_version": SCHEMA_VERSION, "family": inst.family, "params": inst.params},
+    )
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return out
+
+
+def write_split(split: dict[str, list[Instance]], out: Path, seed: int) -> dict[str, Any]:
+    out = Path(out)
+    for part, insts in split.items():
+        (out / part).mkdir(parents=True, exist_ok=True)
+        for inst in insts:
+            render(inst, out / part / inst.task_id)
+    summary = {
+        "schema_version": SCHEMA_VERSION,
+        "status": "ok",
+        "seed": seed,
+        "families": sorted({i.family for insts in split.values() for i in insts}),
+        **{part: [i.task_id for i in insts] for part, insts in split.items()},
+    }
+    write_json_atomic(out / "families.json", summary)
+    return summary
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="campaign config (families.* keys)")
+    parser.add_argument("--out", required=True, help="writes OUT/train, OUT/heldout, OUT/families.json")
+    parser.add_argument("--train", type=int, help="training instances per family")
+    parser.add_argument("--heldout", type=int, help="held-out instances per family")
+    parser.add_argument("--seed", type=int)
+
+
+def main(args: argparse.Namespace) -> int:
+    from t1.config import load_config
+
+    cfg = load_config(args.config) if args.config else None
+    fc = cfg.families if cfg is not None else None
+    seed = args.seed if args.seed is not None else (cfg.run.seed if cfg else 0)
+    train = args.train if args.train is not None else (fc.train if fc else 6)
+    heldout = args.heldout if args.heldout is not None else (fc.heldout if fc else 3)
+    names = list(fc.names) if fc and fc.names else None
+    split = make_split(seed, train, heldout, names)
+    s = write_split(split, Path(args.out), seed)
+    print(f"t1 families: {len(s['train'])} training and {len(s['heldout'])} held-out tasks "
+          f"of {len(s['families'])} families in {args.out}")  # fmt: skip
+    return 0

@@ -1,0 +1,51 @@
+"""Pre-training: the initial policy learns solved family tasks from a generated corpus.
+
+    t1 train --config FILE --stage pretrain --from POLICY_DIR --tokenizer TOK --out DIR
+
+The rows are `pretrain.examples` agent transcripts of random instances of the task families
+(t1.train.corpus: generated, not executed; no held-out instance of the run among them). The
+loss is SFT's (t1.train.sft.nll: token-level NLL over the assistant's tokens), AdamW with
+`pretrain.lr`, `pretrain.epochs` passes of `pretrain.batch` rows. No --in: the corpus is made
+here, from the config's seed, so a rerun makes the same rows. Writes DIR/actor (SFT starts
+from it), DIR/ckpt/, DIR/metrics.jsonl (`pretrain_step` events), DIR/DONE.json; resumable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from t1.config import Config
+from t1.policy import load_policy, torch_dtype
+from t1.train.corpus import corpus_rows
+from t1.train.sft import nll
+from t1.train.stage import run_stage
+from t1.train.state import build_trainer
+
+
+def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
+    p = cfg.pretrain
+    if p.examples <= 0:
+        print("t1 train pretrain: pretrain.examples is 0; nothing to train")
+        return 2
+    if args.tokenizer is None:
+        print("t1 train pretrain: --tokenizer is required (the corpus is tokenized here)")
+        return 2
+
+    def rows_of(tokenizer):
+        rows = corpus_rows(cfg, tokenizer)
+        tokens = sum(len(r.ids) for r in rows)
+        return rows, {"trajectories": len(rows), "rows": len(rows), "tokens": tokens,
+                      "source": "t1.train.corpus"}  # fmt: skip
+
+    def build():
+        actor = load_policy(args.source, dtype=torch_dtype(cfg.model.train_dtype))
+        no_replay = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, replay=False))
+        return build_trainer(no_replay, actor, None, actor_lr=p.lr)
+
+    return run_stage(
+        cfg, args, stop, stage="pretrain", data={}, build=build,
+        update=lambda trainer, mb: trainer.actor_update(mb, nll), epochs=p.epochs,
+        batch=p.batch, save_every=p.save_every, weights={"actor": True, "critic": False},
+        rows_of=rows_of,
+    )  # fmt: skip

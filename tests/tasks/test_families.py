@@ -1,0 +1,110 @@
+"""Task families (t1.tasks.families) and the pre-training corpus built from them (t1.train.corpus).
+
+The corpus is only worth training on if it is exactly what the agent loop records for an expert
+that solves the same task in a real sandbox: the integration test executes one instance of every
+family through `t1.rollout.expert_batch` (bubblewrap, the real verifier) and compares the TITO
+stream with the generated transcript token for token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from shared_fixtures import requires_bwrap
+
+from t1.config import Config, FamiliesConfig, PretrainConfig
+from t1.tasks.families import FAMILIES, draw_corpus, key_of, make_split, words_of, write_split
+from t1.tasks.load import load_task
+from t1.tokenizer import bpe_tokenizer
+from t1.train.corpus import corpus_rows, heldout_keys, transcript
+
+
+def test_heldout_instances_are_new_tuples_with_a_word_the_family_never_trained_on():
+    split = make_split(seed=3, train=6, heldout=3)
+    assert len(split["train"]) == 6 * len(FAMILIES) and len(split["heldout"]) == 3 * len(FAMILIES)
+    train_keys = {key_of(i.family, i.params) for i in split["train"]}
+    for inst in split["heldout"]:
+        assert key_of(inst.family, inst.params) not in train_keys
+        used = set().union(*(words_of(t.params) for t in split["train"] if t.family == inst.family))
+        assert words_of(inst.params) - used, inst
+    ids = [i.task_id for part in split.values() for i in part]
+    assert len(ids) == len(set(ids))
+    assert make_split(seed=3, train=6, heldout=3) == split  # the seed fixes the split
+    assert make_split(seed=4, train=6, heldout=3) != split
+
+
+def test_unknown_family_is_refused():
+    with pytest.raises(ValueError, match="unknown task families"):
+        make_split(0, 1, 1, ["create-file", "nope"])
+
+
+def test_corpus_never_holds_a_heldout_instance():
+    cfg = Config(families=FamiliesConfig(enabled=True, train=4, heldout=4))
+    keys = heldout_keys(cfg)
+    assert len(keys) == 4 * len(FAMILIES)
+    drawn = [key_of(i.family, i.params) for i in draw_corpus(0, 20000, keys)]
+    assert not set(drawn) & keys
+    # the guard can fail: without the exclusion a corpus this size draws held-out instances
+    unguarded = {key_of(i.family, i.params) for i in draw_corpus(0, 20000, set())}
+    assert unguarded & keys
+
+
+def test_rendered_tasks_load_in_the_v2_layout(tmp_path):
+    split = make_split(seed=0, train=1, heldout=1)
+    summary = write_split(split, tmp_path, seed=0)
+    assert summary["status"] == "ok" and len(summary["heldout"]) == len(FAMILIES)
+    for part in ("train", "heldout"):
+        for d in sorted((tmp_path / part).iterdir()):
+            task = load_task(d)
+            fam = json.loads((d / "family.json").read_text())["family"]
+            assert task.category == FAMILIES[fam].category
+            assert task.workdir == "/app"
+            assert (d / "solution" / "solve.sh").read_text().splitlines()[1:] == [
+                FAMILIES[fam].command(json.loads((d / "family.json").read_text())["params"])
+            ]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return bpe_tokenizer()
+
+
+def test_corpus_rows_mask_only_the_assistant_tokens(tok):
+    cfg = Config(
+        families=FamiliesConfig(enabled=True, train=2, heldout=1),
+        pretrain=PretrainConfig(examples=24),
+    )
+    rows = corpus_rows(cfg, tok)
+    assert len(rows) == 24
+    assert {r.meta["family"] for r in rows} == set(FAMILIES)
+    for r in rows[:8]:
+        text = tok.decode([t for t, m in zip(r.ids, r.loss_mask) if m], skip_special_tokens=False)
+        assert text.count("<tool_call>") == 2 and text.endswith("The task is complete.<|im_end|>")
+        assert "[exit code" not in text and "You are a terminal agent" not in text
+
+
+@requires_bwrap
+def test_transcript_equals_the_executed_expert_trajectory(tmp_path, tok):
+    """One instance per family, executed by the expert in a real sandbox and scored by its
+    verifier: the TITO stream and loss mask are the generated transcript's, token for token."""
+    from t1.config import load_config
+    from t1.rollout import expert_batch
+    from t1.tito import assemble_trajectory
+
+    split = make_split(seed=1, train=1, heldout=0)
+    write_split(split, tmp_path / "fam", seed=1)
+    cfg = load_config("workflow/config/tiny.yaml")
+    cfg = dataclasses.replace(cfg, reward=dataclasses.replace(cfg.reward, scale=3.0))
+    tasks = [load_task(tmp_path / "fam" / "train" / i.task_id) for i in split["train"]]
+    batch = expert_batch(tasks, tok, cfg, progress=False)
+    for inst, traj in zip(split["train"], batch.admitted, strict=True):
+        assert traj.metadata.get("resolved"), (inst.task_id, traj.reason)
+        (seg,) = assemble_trajectory(traj, tok).segments
+        row = transcript(tok, inst)
+        assert tok.decode(list(seg.ids), skip_special_tokens=False) == tok.decode(
+            list(row.ids), skip_special_tokens=False
+        )
+        assert list(seg.ids) == list(row.ids), inst.task_id
+        assert [bool(m) for m in seg.loss_mask] == [bool(m) for m in row.loss_mask]

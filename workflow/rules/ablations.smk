@@ -1,0 +1,141 @@
+# Ablations (issue 14 item 4): the paper's ablation figures measured on this campaign's runs,
+# one table. `snakemake --profile profiles/local campaign_ablations` finishes the three runs
+# of campaign.runs() (RUNS, common.smk) - NAME (dense reward, warm critic, TITO + R3),
+# NAME-binary (binary reward), NAME-cold (critic_warmup.enabled false) - then measures:
+#   ablations/gap.json                 t1 bench gap on NAME's step-0 rollout, with NAME's SFT actor
+#   ablations/drift.json               t1 tito-audit over every trajectory of the three runs
+#   ablations/critic/seed_S/...        t1 bench critic: warm vs cold critic on NAME's PPO
+#                                      rollouts (the same batches), one run per seed S
+# and `t1 ablations` (t1/ablations.py) writes RESULTS/NAME/ablations.md and .json (one row per
+# ablation, (d) and (e) read from the runs' metrics.jsonl, eval.json and summary.json) and
+# the two PNGs beside them.
+
+ABL_DIR = f"{RESULTS}/{NAME}/ablations"
+ABL_RUNS = {"dense": NAME, "binary": f"{NAME}-binary", "cold": f"{NAME}-cold"}
+# seeds of the critic comparison: run.seed + i (the trainer's minibatch shuffle, the cold
+# arm's fresh value head); the batches stay the same
+CRITIC_SEEDS = [conf("run.seed") + i for i in range(3)]
+
+
+def abl_step_rollouts(run):
+    return [
+        f"{RESULTS}/{run}/ppo/steps/step_{s:06d}/rollout" for s in range(LAST_STEP + 1)
+    ]
+
+
+rule ablation_gap:
+    input:
+        cfg=ancient(f"{RESULTS}/{NAME}/config.yaml"),
+        tok=f"{RESULTS}/{NAME}/tokenizer",
+        sft=f"{RESULTS}/{NAME}/sft/model/DONE.json",
+        step0=f"{RESULTS}/{NAME}/ppo/iter_00000/DONE",
+    output:
+        f"{ABL_DIR}/gap.json",
+    log:
+        f"{RESULTS}/{NAME}/logs/ablations/gap/attempt-{ATTEMPT}.log",
+    container:
+        TRAINER_IMAGE
+    threads: CPUS
+    resources:
+        runtime=TRAIN_MIN,
+        mem_mb=MEM_MB,
+        cpus_per_task=CPUS,
+    params:
+        rollout=f"{RESULTS}/{NAME}/ppo/steps/step_000000/rollout",
+        policy=f"{RESULTS}/{NAME}/sft/model/actor",
+    shell:
+        "t1 bench gap --config {input.cfg} --rollout {params.rollout} --policy {params.policy} --tokenizer {input.tok} --json {output} &> {log}"
+
+
+rule ablation_drift:
+    input:
+        # a run's report needs its last PPO segment and its evaluations: every trajectory
+        reports=[f"{RESULTS}/{run}/report.md" for run in ABL_RUNS.values()],
+    output:
+        f"{ABL_DIR}/drift.json",
+    log:
+        f"{RESULTS}/{NAME}/logs/ablations/drift/attempt-{ATTEMPT}.log",
+    container:
+        TRAINER_IMAGE
+    resources:
+        runtime=TRAIN_MIN,
+        mem_mb=MEM_MB,
+    params:
+        dirs=" ".join(f"{RESULTS}/{run}" for run in ABL_RUNS.values()),
+    shell:
+        "t1 tito-audit {params.dirs} --exclude ablations --full-json {output} --exit-zero &> {log}"
+
+
+rule ablation_critic_config:
+    input:
+        cfg=ancient(f"{RESULTS}/{NAME}/config.yaml"),
+    output:
+        f"{ABL_DIR}/critic/seed_{{seed}}/config.yaml",
+    log:
+        f"{RESULTS}/{NAME}/logs/ablations/critic_config_{{seed}}/attempt-{ATTEMPT}.log",
+    wildcard_constraints:
+        seed=r"\d+",
+    localrule: True
+    container:
+        TRAINER_IMAGE
+    shell:
+        "t1 run-config --base {input.cfg} --set run.seed={wildcards.seed} --out {output} &> {log}"
+
+
+rule ablation_critic:
+    input:
+        cfg=f"{ABL_DIR}/critic/seed_{{seed}}/config.yaml",
+        tok=f"{RESULTS}/{NAME}/tokenizer",
+        sft=f"{RESULTS}/{NAME}/sft/model/DONE.json",
+        critic=f"{RESULTS}/{NAME}/critic/warmup/DONE.json",
+        final=final_segment(NAME),
+    output:
+        f"{ABL_DIR}/critic/seed_{{seed}}/critic.json",
+    log:
+        f"{RESULTS}/{NAME}/logs/ablations/critic_{{seed}}/attempt-{ATTEMPT}.log",
+    wildcard_constraints:
+        seed=r"\d+",
+    container:
+        TRAINER_IMAGE
+    threads: CPUS
+    resources:
+        runtime=TRAIN_MIN,
+        mem_mb=MEM_MB,
+        cpus_per_task=CPUS,
+    params:
+        sft=f"{RESULTS}/{NAME}/sft/model",
+        critic=f"{RESULTS}/{NAME}/critic/warmup",
+        rollouts=" ".join(abl_step_rollouts(NAME)),
+        work=lambda w: f"{ABL_DIR}/critic/seed_{w.seed}",
+    shell:
+        "t1 bench critic --config {input.cfg} --sft {params.sft} --critic {params.critic} --tokenizer {input.tok} --rollouts {params.rollouts} --threads {threads} --work {params.work} --json {output} &> {log}"
+
+
+rule ablations:
+    input:
+        gap=rules.ablation_gap.output,
+        drift=rules.ablation_drift.output,
+        critic=expand(f"{ABL_DIR}/critic/seed_{{seed}}/critic.json", seed=CRITIC_SEEDS),
+        reports=[f"{RESULTS}/{run}/report.md" for run in ABL_RUNS.values()],
+    output:
+        md=f"{RESULTS}/{NAME}/ablations.md",
+        json=f"{RESULTS}/{NAME}/ablations.json",
+        critic_png=f"{RESULTS}/{NAME}/ablations_critic.png",
+        reward_png=f"{RESULTS}/{NAME}/ablations_reward.png",
+    log:
+        f"{RESULTS}/{NAME}/logs/ablations/table/attempt-{ATTEMPT}.log",
+    localrule: True
+    container:
+        TRAINER_IMAGE
+    params:
+        run=f"{RESULTS}/{ABL_RUNS['dense']}",
+        binary=f"{RESULTS}/{ABL_RUNS['binary']}",
+        cold=f"{RESULTS}/{ABL_RUNS['cold']}",
+    shell:
+        "t1 ablations --run-dir {params.run} --binary {params.binary} --cold {params.cold} --gap {input.gap} --drift {input.drift} --critic {input.critic} --out {output.md} &> {log}"
+
+
+rule campaign_ablations:
+    input:
+        f"{RESULTS}/{NAME}/ablations.md",
+    localrule: True
