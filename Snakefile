@@ -5,7 +5,8 @@
         --configfile workflow/config/qwen3.5-122b-a10b.yaml  # on a Slurm cluster
     snakemake --profile profiles/local -n campaign_binary  # dry run: what would run
 
-Targets: campaign_dense, campaign_binary (binary reward ablation), critic_warmup,
+Targets: campaign_dense, campaign_binary (binary reward ablation), campaign_ablations (the
+paper's ablations beside ours: gap, drift, critic warm-up, dense vs binary, SFT vs PPO), critic_warmup,
 synthesize, evaluate. Results go to results/<run>/ (run = run.name, or <name>-binary); each
 run pins its config in results/<run>/config.yaml. Rules live in workflow/rules/ by stage.
 """
@@ -33,6 +34,7 @@ include: "workflow/rules/critic.smk"
 include: "workflow/rules/ppo.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/ablations.smk"
 
 
 campaign.warn_if_pinned_differs(RESULTS, RUNS, config)  # a run keeps its pinned config
@@ -42,6 +44,12 @@ rule campaign_dense:
     default_target: True
     input:
         f"{RESULTS}/{NAME}/report.md",
+    localrule: True
+
+
+rule campaign_ablations:
+    input:
+        f"{RESULTS}/{NAME}/ablations.md",
     localrule: True
 
 

@@ -11,9 +11,11 @@ What `snakemake --profile profiles/local campaign_ablations` runs last
     RUN/sft/model/actor` (gap.json): (a) text re-tokenized, (b) TITO, (c) TITO + R3.
     Shape: (c) below (a). Paper: 0.021 without, 0.013 with TITO + R3.
 (b) TITO drift: `t1 tito-audit --full-json` over every trajectory of the three runs (drift.json),
-    against the engine's raw output ids. Shape: drift exactly 0 (no drifted loss token, no
-    assembly error, no rollout abort by TITO) over the trajectories the engine sampled. Paper:
-    0.0000% over 1,402 samples; the count is ours, whatever it is (the issue asks >= 1,000).
+    against the engine's raw output ids. Counted: the policy's samples (PPO and warm-up
+    rollouts, evaluations); expert trajectories (a scripted engine) are listed, not counted.
+    Shape: drift exactly 0 (no drifted loss token, no assembly error, no rollout abort by
+    TITO). Paper: 0.0000% over 1,402 samples; the count is ours, whatever it is (the issue
+    asks >= 1,000).
 (c) critic warm-up vs cold start: `t1 bench critic --rollouts` (critic/seed_S/critic.json): both
     critics on the SAME batches (the dense run's PPO rollouts), one run per seed (run.seed S:
     the trainer's minibatch shuffle and the cold arm's fresh value head). Shape, in every seed:
@@ -28,7 +30,9 @@ What `snakemake --profile profiles/local campaign_ablations` runs last
     the two-proportion test is reported beside). Paper: binary reward never beat the SFT baseline.
 (e) SFT vs PPO on held-out tasks: RUN/summary.json's `heldout` (t1 report). Shape: PPO above
     SFT beyond the interval, i.e. the two Wilson 95% intervals do not overlap (the pooled
-    two-proportion z-test's p is reported beside, not used for the verdict).
+    two-proportion z-test's p is reported beside, not used for the verdict). Cross-checked
+    with RUN/pool/{train,eval}/manifest.json: a held-out split while every eval-pool task is
+    in the train pool is "not measurable" (the split is not held out).
 
 Each row: our figure (with its interval or seed spread), the paper's, whether the shape holds
 (yes / no / not measurable, and why) and its source files. A missing, empty or unreadable
@@ -180,17 +184,22 @@ def _f(x: float | None, digits: int = 4) -> str:
 
 
 def drift_row(path: str | Path) -> dict[str, Any]:
+    """Counted over the trajectories the policy's engine sampled (PPO and warm-up rollouts,
+    evaluations); expert trajectories (a scripted engine replaying reference solutions) are
+    listed beside, not counted."""
     doc = read_json(path, "t1 tito-audit --full-json")
-    eng = _need(doc, path, "engine_checked")
-    n = int(_need(doc, path, "engine_checked", "trajectories"))
-    loss = int(eng["loss_tokens"])
-    drifted = int(eng["drift_tokens"])
     errors = _need(doc, path, "errors")
     aborted = _need(doc, path, "tito_aborted")
     self_checked = int(_need(doc, path, "self_checked"))
     kinds: dict[str, int] = {}
+    n = loss = drifted = 0
     for d, c in _need(doc, path, "by_dir").items():
-        kinds[_kind(d)] = kinds.get(_kind(d), 0) + int(c["engine_checked"])
+        kind = _kind(d)
+        kinds[kind] = kinds.get(kind, 0) + int(c["engine_checked"])
+        if kind != "expert":
+            n += int(c["engine_checked"])
+            loss += int(c["engine_loss_tokens"])
+            drifted += int(c["engine_drift_tokens"])
     rate = drifted / loss if loss else None
     data = {
         "trajectories": n,
@@ -203,14 +212,16 @@ def drift_row(path: str | Path) -> dict[str, Any]:
         "by_kind": kinds,
         "asked": ASKED_TRAJECTORIES,
     }
-    where = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()) if v)
+    where = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()) if v and k != "expert")
     measured = (
-        f"{drifted} drifted of {loss} loss tokens ({_pct4(rate)}) over {n} trajectories checked "
-        f"against the engine's ids ({where or 'none'}); assembly errors {len(errors)}, "
-        f"aborted by TITO {len(aborted)}; {self_checked} without engine ids not counted"
+        f"{drifted} drifted of {loss} loss tokens ({_pct4(rate)}) over {n} policy-sampled "
+        f"trajectories checked against the engine's ids ({where or 'none'}); assembly errors "
+        f"{len(errors)}, aborted by TITO {len(aborted)}; not counted: {kinds.get('expert', 0)} "
+        f"expert, {self_checked} without engine ids"
     )
     if n == 0 or loss == 0:
-        holds, why = NOT_MEASURABLE, f"{path}: no trajectory carries the engine's output ids"
+        holds = NOT_MEASURABLE
+        why = f"{path}: no policy-sampled trajectory carries the engine's output ids"
     elif drifted or errors or aborted:
         holds, why = NO, f"{drifted} drifted tokens, {len(errors)} errors, {len(aborted)} aborts"
     else:
@@ -441,11 +452,33 @@ def _ev(e: dict[str, Any]) -> str:
 # ------------------------------------------------------------------ (e) held-out
 
 
+def pool_ids(run_dir: Path, split: str) -> set[str] | None:
+    """Task ids of RUN/pool/<split>/manifest.json (t1 pool), None when there is none."""
+    path = Path(run_dir) / "pool" / split / "manifest.json"
+    if not path.is_file():
+        return None
+    return {str(t["id"]) for t in read_json(path, f"t1 pool {split} manifest")["tasks"]}
+
+
 def heldout_row(path: str | Path) -> dict[str, Any]:
+    """From summary.json; cross-checked with the run's pool manifests where they exist: a
+    held-out figure while every eval-pool task is in the train pool is not held out."""
     doc = read_json(path, "t1 report summary.json")
     held = _need(doc, path, "heldout")
     sft, ppo = held.get("sft"), held.get("ppo")
     data: dict[str, Any] = {"sft": sft, "ppo": ppo}
+    run_dir = Path(path).parent
+    train, evaluated = pool_ids(run_dir, "train"), pool_ids(run_dir, "eval")
+    if (sft or ppo) and train is not None and evaluated is not None and evaluated <= train:
+        data["pools"] = {"train": sorted(train), "eval": sorted(evaluated)}
+        measured = f"SFT {_fig(sft)}; PPO {_fig(ppo)} (as {Path(path).name} splits them)"
+        why = (
+            f"{path} reports a held-out split, but every task of {run_dir}/pool/eval/manifest.json "
+            f"is in {run_dir}/pool/train/manifest.json: the split is not held out (are the "
+            "eval records' task ids the manifest's ids?)"
+        )
+        return _row("heldout", "(e) SFT vs PPO, held-out", measured, NOT_MEASURABLE, why,
+                    [path], data)  # fmt: skip
     if sft is None or ppo is None:
         notes = [n for n in doc.get("notes", []) if n.startswith("heldout.")]
         data["notes"] = notes

@@ -35,7 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "init-policy": ("t1.policy", "build the tiny MoE policy from the config and save it"),
     "serve": ("t1.engine.serve", "serve the local engine behind SGLang's /generate schema"),
     "rollout": ("t1.rollout", "sample trajectories in sandboxes and score them"),
-    "tito-audit": ("t1.tito.audit", "audit TITO streams of a rollout directory"),
+    "tito-audit": ("t1.tito.audit", "audit TITO streams of rollout directories"),
     "train": ("t1.train.cli", "train: --stage pretrain | sft | critic_warmup | ppo"),
     "plan-memory": ("t1.memory", "per-GPU memory plan for actor and critic"),
     "segment": ("t1.segment", "run one PPO segment (K steps) from the newest checkpoint"),
@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pool": ("t1.tasks.pool_build", "materialize a ranked task pool with a manifest"),
     "evaluate": ("t1.evaluate", "evaluate a policy checkpoint on a task set"),
     "report": ("t1.report", "tables and plots from a run's JSON-lines events"),
+    "ablations": ("t1.ablations", "the paper's ablations beside ours: one table from the measured files"),
     "bench": ("t1.bench", "benchmarks: sandbox | rollout | train | ckpt"),
 }
 

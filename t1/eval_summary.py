@@ -94,6 +94,16 @@ def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
     train_ids: set[str] | None = None
     if train_manifest.is_file():
         train_ids = {str(t["id"]) for t in json.loads(train_manifest.read_text())["tasks"]}
+    # an evaluation names a task by its directory in the eval pool (`00003-copy-file-000`, the
+    # pool's rank first); the pools' manifests map that directory to the task's id
+    task_id: dict[str, str] = {}
+    eval_manifest = home / "pool" / "eval" / MANIFEST
+    if eval_manifest.is_file():
+        task_id = {
+            Path(t["path"]).name: str(t["id"])
+            for t in json.loads(eval_manifest.read_text()).get("tasks", [])
+            if t.get("path") and t.get("id")
+        }
     else:
         notes.append(f"no train pool ({train_manifest} missing): no run can be split")
     out: dict[str, Any] = {split: dict.fromkeys(STAGES) for split in SPLITS}
@@ -113,6 +123,7 @@ def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
         if train_ids is None:
             notes += [f"{sp}.{stage}: not split (no train pool)" for sp in SPLITS]
             continue
+        rows = [dict(r, task=task_id.get(r["task"], r["task"])) for r in rows]
         parts = {
             "train": [r for r in rows if r["task"] in train_ids],
             "heldout": [r for r in rows if r["task"] not in train_ids],

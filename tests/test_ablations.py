@@ -67,6 +67,8 @@ def write_run(
     if sft_eval is not None:
         write_eval(run / "eval/sft/eval.json", sft_eval)
     write_json_atomic(run / "pool/train/manifest.json", {"tasks": [{"id": t} for t in TRAIN_TASKS]})
+    every = TRAIN_TASKS + HELDOUT_TASKS
+    write_json_atomic(run / "pool/eval/manifest.json", {"tasks": [{"id": t} for t in every]})
     write_json_atomic(run / "summary.json", run_summary(run))
     return run
 
@@ -117,7 +119,8 @@ def write_drift(root: Path, runs: list[Path], drift: bool = False) -> Path:
     for run in runs:
         save_rollout(run / "ppo/steps/step_000000/rollout", 2, drift=drift)
         save_rollout(run / "eval/ppo", 1)
-        save_rollout(run / "sft/expert", 1, engine=False)  # no engine ids: not counted
+        save_rollout(run / "sft/expert", 1)  # a scripted engine's ids: listed, not counted
+        save_rollout(run / "old/rollout", 1, engine=False)  # no engine ids: not counted
         save_rollout(run / "ablations/junk", 1, drift=True)  # excluded
     path = root / "drift.json"
     args = ["tito-audit", *map(str, runs), "--exclude", "ablations", "--full-json", str(path),
@@ -186,10 +189,11 @@ def test_every_row_is_filled_from_the_measured_files(campaign, capsys):
     assert (
         "(a) text 0.0210, (b) TITO 0.0160, (c) TITO + R3 0.0130 over 5" in rows["gap"]["measured"]
     )
-    # (b) 3 runs x (2 PPO + 1 eval) engine-checked; the expert ones and ablations/ not counted
+    # (b) 3 runs x (2 PPO + 1 eval) engine-checked; expert, no engine ids, ablations/ not counted
     d = rows["drift"]["data"]
     assert (d["trajectories"], d["loss_tokens"], d["drift_tokens"]) == (9, 27, 0)
-    assert d["by_kind"] == {"PPO rollouts": 6, "evaluations": 3, "expert": 0}
+    assert d["by_kind"] == {"PPO rollouts": 6, "evaluations": 3, "expert": 3, "other": 0}
+    assert "not counted: 3 expert, 3 without engine ids" in rows["drift"]["measured"]
     assert d["self_checked"] == 3 and "fewer than the 1,000" in rows["drift"]["why"]
     # (c) three seeds: cold opens at -2, -3, -4; mean -3
     c = rows["critic"]["data"]
@@ -280,6 +284,16 @@ def test_a_missing_or_empty_input_is_an_error_naming_the_file(campaign, capsys, 
     err = capsys.readouterr().err
     assert names in err, err
     assert not campaign["out"].exists()
+
+
+def test_a_heldout_split_of_train_pool_tasks_is_not_measurable(campaign):
+    # the eval records name the tasks otherwise than the manifests: summary.json then counts
+    # train-pool tasks as held out; the eval pool's manifest shows it
+    run = campaign["run_dir"]
+    write_json_atomic(run / "pool/eval/manifest.json", {"tasks": [{"id": "t-a"}]})
+    row = ab.heldout_row(run / "summary.json")
+    assert row["holds"] == "not measurable" and "the split is not held out" in row["why"]
+    assert "SFT 0.0% [0.0%, 8.8%] (n 40)" in row["measured"]
 
 
 def test_check_filled_names_an_empty_cell():

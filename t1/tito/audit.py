@@ -13,15 +13,17 @@ drift in the loss region, routing placeholders. `--json` writes (atomically) exa
 `placeholder_in_loss`, `relations` (`strict`, `normalized`, `retokenized`, `split`).
 
 The drift is counted against the engine's raw output ids (`Turn.engine_ids`); a trajectory
-with a turn that has none (an expert trajectory, which no engine sampled, or a record older
-than trajectory schema 2) can only be checked against its own sampled ids. `--full-json`
-writes the `--json` keys plus `engine_checked` (the same counters over the trajectories whose
-every turn carries the engine's ids: the figure that means something), `self_checked` (their
-count over the others), `not_trained` (by status), `tito_aborted` (not-trained trajectories
-the rollout itself aborted with a TITO error: where drift would have shown), `errors` (path,
-message; a trajectory whose assembly fails, drift included), `by_dir` (the same counts per
-rollout directory: a trajectory's directory with its `trajectories/` or `dropped/` level cut
-off) and `dirs`. `--exclude NAME` skips every trajectory below a directory called NAME.
+with a turn that has none (a record older than trajectory schema 2) can only be checked
+against its own sampled ids. (Expert trajectories carry the ids of the scripted engine that
+replayed the reference solution.) `--full-json` writes the `--json` keys plus
+`engine_checked` (the same counters over the trajectories whose every turn carries the
+engine's ids: the figure that means something), `self_checked` (their count over the
+others), `not_trained` (by status), `tito_aborted` (not-trained trajectories the rollout
+itself aborted with a TITO error: where drift would have shown), `errors` (path, message; a
+trajectory whose assembly fails, drift included), `by_dir` (the same counts per rollout
+directory - a trajectory's directory with its `trajectories/` or `dropped/` level cut off -
+with `engine_loss_tokens` and `engine_drift_tokens` over its engine-checked ones) and
+`dirs`. `--exclude NAME` skips every trajectory below a directory called NAME.
 
 The tokenizer (needed only to recognise the retokenized relation) comes from `--tokenizer`,
 else from the config's `tokenizer` section, else from a trajectory's `metadata.tokenizer`
@@ -57,6 +59,8 @@ def _counts() -> dict[str, Any]:
         "engine_checked": 0,
         "loss_tokens": 0,
         "drift_tokens": 0,
+        "engine_loss_tokens": 0,
+        "engine_drift_tokens": 0,
         "not_trained": 0,
         "tito_aborted": 0,
         "errors": 0,
@@ -129,6 +133,9 @@ def audit_dirs(
         counts["engine_checked"] += checked
         counts["loss_tokens"] += one.loss_tokens
         counts["drift_tokens"] += one.drift_tokens
+        if checked:
+            counts["engine_loss_tokens"] += one.loss_tokens
+            counts["engine_drift_tokens"] += one.drift_tokens
     return {
         "audit": total,
         "engine": engine,

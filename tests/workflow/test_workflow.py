@@ -22,7 +22,10 @@ from t1.config import json_schema, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-TARGETS = ["campaign_dense", "campaign_binary", "critic_warmup", "synthesize", "evaluate"]
+TARGETS = [
+    "campaign_dense", "campaign_binary", "campaign_ablations", "critic_warmup", "synthesize",
+    "evaluate",
+]  # fmt: skip
 PRESET = "workflow/config/qwen3.5-122b-a10b.yaml"
 
 
@@ -53,9 +56,12 @@ def test_dry_run_of_every_target(wf, profile):
     assert r.returncode == 0, r.stdout + r.stderr
     jobs = job_counts(r.stdout)
     segments = load_config(wf / "workflow/config/tiny.yaml").campaign.segments
-    assert jobs["ppo_segment"] == 2 * segments  # dense and binary runs
-    assert jobs["run_config"] == 2 and jobs["synth_tasks"] == 1
-    assert jobs["evaluate_policy"] == 4 and jobs["report"] == 2
+    assert jobs["ppo_segment"] == 3 * segments  # the dense run, its binary and cold-critic arms
+    assert jobs["run_config"] == 3 and jobs["synth_tasks"] == 1 and jobs["report"] == 3
+    # the arms share the dense run's tasks, tokenizer, SFT and critic warm-up: one of each
+    assert jobs["sft"] == 1 and jobs["tokenizer"] == 1 and jobs["warmup_critic"] == 1
+    assert jobs["evaluate_policy"] == 4  # the SFT policy once, each run's final PPO policy
+    assert jobs["ablations"] == 1
 
 
 def test_dry_run_of_the_122b_preset_on_slurm(wf):

@@ -8,19 +8,18 @@
 #                                      rollouts (the same batches), one run per seed S
 # and `t1 ablations` (t1/ablations.py) writes RESULTS/NAME/ablations.md and .json (one row per
 # ablation, (d) and (e) read from the runs' metrics.jsonl, eval.json and summary.json) and
-# the two PNGs beside them.
+# the two PNGs beside them. The target `campaign_ablations` (its input: ablations.md) is in the
+# Snakefile, with the other targets.
 
 ABL_DIR = f"{RESULTS}/{NAME}/ablations"
 ABL_RUNS = {"dense": NAME, "binary": f"{NAME}-binary", "cold": f"{NAME}-cold"}
 # seeds of the critic comparison: run.seed + i (the trainer's minibatch shuffle, the cold
 # arm's fresh value head); the batches stay the same
 CRITIC_SEEDS = [conf("run.seed") + i for i in range(3)]
-
-
-def abl_step_rollouts(run):
-    return [
-        f"{RESULTS}/{run}/ppo/steps/step_{s:06d}/rollout" for s in range(LAST_STEP + 1)
-    ]
+# the dense run's PPO rollouts, one per step: the batches both critics train on
+ABL_ROLLOUTS = " ".join(
+    f"{RESULTS}/{NAME}/ppo/steps/step_{s:06d}/rollout" for s in range(LAST_STEP + 1)
+)
 
 
 rule ablation_gap:
@@ -41,8 +40,8 @@ rule ablation_gap:
         mem_mb=MEM_MB,
         cpus_per_task=CPUS,
     params:
-        rollout=f"{RESULTS}/{NAME}/ppo/steps/step_000000/rollout",
-        policy=f"{RESULTS}/{NAME}/sft/model/actor",
+        rollout=lambda w: f"{RESULTS}/{NAME}/ppo/steps/step_000000/rollout",
+        policy=lambda w: f"{RESULTS}/{NAME}/sft/model/actor",
     shell:
         "t1 bench gap --config {input.cfg} --rollout {params.rollout} --policy {params.policy} --tokenizer {input.tok} --json {output} &> {log}"
 
@@ -61,7 +60,7 @@ rule ablation_drift:
         runtime=TRAIN_MIN,
         mem_mb=MEM_MB,
     params:
-        dirs=" ".join(f"{RESULTS}/{run}" for run in ABL_RUNS.values()),
+        dirs=lambda w: " ".join(f"{RESULTS}/{run}" for run in ABL_RUNS.values()),
     shell:
         "t1 tito-audit {params.dirs} --exclude ablations --full-json {output} --exit-zero &> {log}"
 
@@ -103,9 +102,9 @@ rule ablation_critic:
         mem_mb=MEM_MB,
         cpus_per_task=CPUS,
     params:
-        sft=f"{RESULTS}/{NAME}/sft/model",
-        critic=f"{RESULTS}/{NAME}/critic/warmup",
-        rollouts=" ".join(abl_step_rollouts(NAME)),
+        sft=lambda w: f"{RESULTS}/{NAME}/sft/model",
+        critic=lambda w: f"{RESULTS}/{NAME}/critic/warmup",
+        rollouts=lambda w: ABL_ROLLOUTS,
         work=lambda w: f"{ABL_DIR}/critic/seed_{w.seed}",
     shell:
         "t1 bench critic --config {input.cfg} --sft {params.sft} --critic {params.critic} --tokenizer {input.tok} --rollouts {params.rollouts} --threads {threads} --work {params.work} --json {output} &> {log}"
@@ -128,14 +127,8 @@ rule ablations:
     container:
         TRAINER_IMAGE
     params:
-        run=f"{RESULTS}/{ABL_RUNS['dense']}",
-        binary=f"{RESULTS}/{ABL_RUNS['binary']}",
-        cold=f"{RESULTS}/{ABL_RUNS['cold']}",
+        run=lambda w: f"{RESULTS}/{ABL_RUNS['dense']}",
+        binary=lambda w: f"{RESULTS}/{ABL_RUNS['binary']}",
+        cold=lambda w: f"{RESULTS}/{ABL_RUNS['cold']}",
     shell:
         "t1 ablations --run-dir {params.run} --binary {params.binary} --cold {params.cold} --gap {input.gap} --drift {input.drift} --critic {input.critic} --out {output.md} &> {log}"
-
-
-rule campaign_ablations:
-    input:
-        f"{RESULTS}/{NAME}/ablations.md",
-    localrule: True

@@ -120,7 +120,9 @@ def family_dirs(split):
     # training and the held-out instances (summary.json splits them by train-pool membership)
     if not conf("families.enabled"):
         return []
-    return [f"{FAMILIES_DIR}/train"] + ([f"{FAMILIES_DIR}/heldout"] if split == "eval" else [])
+    return [f"{FAMILIES_DIR}/train"] + (
+        [f"{FAMILIES_DIR}/heldout"] if split == "eval" else []
+    )
 
 
 def split_dirs(wildcards):

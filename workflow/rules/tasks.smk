@@ -30,10 +30,8 @@ rule families:
     localrule: True
     container:
         TRAINER_IMAGE
-    params:
-        out=FAMILIES_DIR,
     shell:
-        "t1 families --config {input.cfg} --out {params.out} &> {log}"
+        "t1 families --config {input.cfg} --out $(dirname {output}) &> {log}"
 
 
 rule provision:

@@ -1,0 +1,57 @@
+"""summary.json's held-out / train split (t1.eval_summary.run_summary) on pool-named evaluations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from t1.eval_summary import run_summary
+from t1.records import write_json_atomic
+
+
+def _pool(run: Path, split: str, ids: list[str]) -> None:
+    tasks = [{"rank": i, "id": t, "path": f"tasks/{i:05d}-{t}"} for i, t in enumerate(ids)]
+    write_json_atomic(run / "pool" / split / "manifest.json", {"tasks": tasks})
+
+
+def _eval(run: Path, stage: str, resolved: dict[str, bool]) -> None:
+    rows = [
+        {"task": task, "resolved": ok, "scored": True, "passed": int(ok), "total": 1,
+         "reward": float(ok), "turns": 3}
+        for task, ok in resolved.items()
+    ]  # fmt: skip
+    write_json_atomic(
+        run / "eval" / stage / "eval.json", {"schema_version": 2, "k": 1, "trajectories": rows}
+    )
+
+
+def test_eval_rows_named_by_eval_pool_directory_split_by_train_pool_id(tmp_path):
+    run = tmp_path / "tiny"
+    _pool(run, "train", ["copy-file-000", "make-dirs-000"])
+    # the eval pool ranks the same tasks differently and adds held-out ones
+    _pool(run, "eval", ["make-dirs-006", "copy-file-000", "copy-file-006", "make-dirs-000"])
+    names = {f"{i:05d}-{t}": t for i, t in enumerate(
+        ["make-dirs-006", "copy-file-000", "copy-file-006", "make-dirs-000"])}  # fmt: skip
+    for stage in ("sft", "ppo"):
+        _eval(run, stage, {d: t.endswith("000") or stage == "ppo" for d, t in names.items()})
+    s = run_summary(run)
+    assert s["train"]["sft"]["n"] == 2 and s["train"]["sft"]["resolved"] == 1.0
+    assert s["heldout"]["sft"]["n"] == 2 and s["heldout"]["sft"]["resolved"] == 0.0
+    assert s["heldout"]["ppo"]["resolved"] == 1.0
+    # the guard can fail: without the eval pool's manifest the names match no train id
+    (run / "pool" / "eval" / "manifest.json").unlink()
+    s = run_summary(run)
+    assert s["train"]["sft"] is None and s["heldout"]["sft"]["n"] == 4
+
+
+def test_an_arm_uses_the_shared_runs_pool_and_sft_evaluation(tmp_path):
+    base, arm = tmp_path / "tiny", tmp_path / "tiny-cold"
+    _pool(base, "train", ["a"])
+    _pool(base, "eval", ["a", "b"])
+    _eval(base, "sft", {"00000-a": True, "00001-b": False})
+    _eval(arm, "ppo", {"00000-a": True, "00001-b": True})
+    s = run_summary(arm, shared=base)
+    assert s["train"]["sft"]["resolved"] == 1.0 and s["heldout"]["sft"]["resolved"] == 0.0
+    assert s["heldout"]["ppo"]["resolved"] == 1.0
+    assert s["heldout"]["sft"]["source"] == str(Path("tiny") / "eval" / "sft" / "eval.json")
+    assert json.dumps(s)  # JSON-serializable for summary.json
