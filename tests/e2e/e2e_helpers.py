@@ -122,7 +122,7 @@ def check_finished_campaign(
 def check_synthesized_pool(wf: Path, run: str) -> dict:
     """The train pool holds tasks t1 synth validated and t1 audit accepted beside the seeds."""
     manifest = json.loads((wf / "results" / run / "pool/train/manifest.json").read_text())
-    synth = wf / "results" / run / "tasks"
+    synth = wf / "results" / run / "tasks" / "audit"  # (tasks/families: t1 families, no audit)
     from_synth = [t for t in manifest["tasks"] if str(synth) in t["source"]]
     assert manifest["status"] == "complete" and from_synth, manifest["counts"]
     assert all(t["audited"] for t in from_synth), from_synth
