@@ -226,6 +226,7 @@ class FamiliesConfig:
     train: int = 6  # training instances per family (the PPO pool and the SFT experts)
     heldout: int = 3  # held-out instances per family (evaluated only; never trained on)
     names: list[str] = field(default_factory=list)  # [] = every family
+    words: int = 0  # draw names from the first N words of the list (0 = all 128)
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,10 @@ class PretrainConfig:
     """Pre-training on a generated, unexecuted corpus of solved family tasks (t1.train.corpus)."""
 
     examples: int = 0  # corpus transcripts; 0 = no pre-training stage (SFT starts from init)
+    # rows: a full transcript (system prompt and all) with probability full_fraction, else `pack`
+    # transcripts without the system turn back to back (more tool calls per token trained)
+    full_fraction: float = 1.0
+    pack: int = 1
     epochs: int = 1
     lr: float = 1e-3
     batch: int = 8  # transcripts per optimizer step

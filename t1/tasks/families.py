@@ -87,12 +87,24 @@ class Family:
     tests: Callable[[dict[str, Any]], str]  # pytest functions (after TEST_HEAD)
 
 
+class _Words:
+    """The word list instances draw from (its first N words: `families.words`)."""
+
+    pool: tuple[str, ...] = WORDS
+
+
 def _distinct(r: random.Random, k: int) -> list[str]:
-    return r.sample(WORDS, k)
+    return r.sample(_Words.pool, k)
 
 
 def _lines(r: random.Random, n: int) -> list[str]:
-    return [" ".join(r.sample(WORDS, 2)) for _ in range(n)]
+    return [" ".join(r.sample(_Words.pool, 2)) for _ in range(n)]
+
+
+def _use_words(n: int) -> None:
+    if n < 0 or n == 1 or n == 2 or n > len(WORDS):
+        raise ValueError(f"families.words must be 0 (all {len(WORDS)}) or 3..{len(WORDS)}, got {n}")
+    _Words.pool = WORDS[:n] if n else WORDS
 
 
 def _create_file(r):
@@ -266,10 +278,12 @@ class Instance:
 
 
 def make_split(
-    seed: int, train: int, heldout: int, families: list[str] | None = None
+    seed: int, train: int, heldout: int, families: list[str] | None = None, words: int = 0
 ) -> dict[str, list[Instance]]:
     """`train` and `heldout` instances per family; held-out ones share no parameter tuple with
-    the training ones and each holds a word its family's training instances never use."""
+    the training ones and each holds a word its family's training instances never use.
+    `words`: draw from the first N words of WORDS (0 = all)."""
+    _use_words(words)
     names = families or list(FAMILIES)
     unknown = sorted(set(names) - set(FAMILIES))
     if unknown:
@@ -300,8 +314,9 @@ def make_split(
     return out
 
 
-def draw_corpus(seed: int, n: int, exclude: set[str]) -> Iterator[Instance]:
+def draw_corpus(seed: int, n: int, exclude: set[str], words: int = 0) -> Iterator[Instance]:
     """`n` random instances over all families, none of whose keys is in `exclude`."""
+    _use_words(words)
     r = random.Random(f"t1-corpus-{seed}")
     names = list(FAMILIES)
     i = 0
@@ -389,7 +404,7 @@ def main(args: argparse.Namespace) -> int:
     train = args.train if args.train is not None else (fc.train if fc else 6)
     heldout = args.heldout if args.heldout is not None else (fc.heldout if fc else 3)
     names = list(fc.names) if fc and fc.names else None
-    split = make_split(seed, train, heldout, names)
+    split = make_split(seed, train, heldout, names, fc.words if fc else 0)
     s = write_split(split, Path(args.out), seed)
     print(f"t1 families: {len(s['train'])} training and {len(s['heldout'])} held-out tasks "
           f"of {len(s['families'])} families in {args.out}")  # fmt: skip

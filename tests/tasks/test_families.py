@@ -108,3 +108,38 @@ def test_transcript_equals_the_executed_expert_trajectory(tmp_path, tok):
         )
         assert list(seg.ids) == list(row.ids), inst.task_id
         assert [bool(m) for m in seg.loss_mask] == [bool(m) for m in row.loss_mask]
+
+
+def test_packed_rows_drop_the_system_turn_and_keep_every_tool_call(tok):
+    base = {"families": FamiliesConfig(enabled=True, train=2, heldout=1)}
+    full = corpus_rows(Config(**base, pretrain=PretrainConfig(examples=12)), tok)
+    packed = corpus_rows(
+        Config(**base, pretrain=PretrainConfig(examples=12, pack=3, full_fraction=0.0)), tok
+    )
+    assert len(full) == 12 and len(packed) == 4
+    for r in packed:
+        text = tok.decode(list(r.ids), skip_special_tokens=False)
+        assert "You are a terminal agent" not in text and text.count("<|im_start|>user\n") >= 3
+    # the same transcripts, so the same sampled tokens: 2 tool calls + the answer each
+    def sampled(rows):
+        return sum(sum(bool(m) for m in r.loss_mask) for r in rows)
+
+    assert sampled(packed) == sampled(full)
+    mixed = corpus_rows(
+        Config(**base, pretrain=PretrainConfig(examples=60, pack=3, full_fraction=0.5)), tok
+    )
+    n_full = sum("You are a terminal agent" in tok.decode(list(r.ids)) for r in mixed)
+    assert 0 < n_full < len(mixed)
+    with pytest.raises(ValueError, match="pack"):
+        corpus_rows(Config(**base, pretrain=PretrainConfig(examples=4, pack=0)), tok)
+
+
+def test_words_limits_the_names_drawn():
+    split = make_split(seed=0, train=3, heldout=1, words=12)
+    from t1.tasks.families import WORDS
+
+    for inst in split["train"] + split["heldout"]:
+        assert words_of(inst.params) <= set(WORDS[:12])
+    assert any(words_of(i.params) - set(WORDS[:12]) for i in make_split(0, 3, 1)["train"])
+    with pytest.raises(ValueError, match="families.words"):
+        make_split(seed=0, train=1, heldout=1, words=2)
