@@ -113,8 +113,7 @@ def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
             path = Path(shared) / "eval" / stage / "eval.json"
         if not path.is_file():
             notes += [
-                f"{sp}.{stage}: no evaluation ({_shown(path, run_dir)} missing)"
-                for sp in SPLITS
+                f"{sp}.{stage}: no evaluation ({_shown(path, run_dir)} missing)" for sp in SPLITS
             ]
             continue
         doc = json.loads(path.read_text())

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from t1.records import write_json_atomic
-from t1.tasks.runner import TEST_FILE, TEST_SH
 from t1.synth.steps import (
     WORKDIR,
     Artifact,
@@ -37,6 +36,7 @@ from t1.synth.steps import (
     library,
     rel,
 )
+from t1.tasks.runner import TEST_FILE, TEST_SH
 
 SCHEMA_VERSION = 1
 TEST_STEM = "test_outputs"

@@ -350,7 +350,9 @@ def render(inst: Instance, out: Path) -> Path:
     (tmp / "tests").mkdir()
     (tmp / "tests" / "test.sh").write_text(TEST_SH)
     (tmp / "tests" / "test.sh").chmod(0o755)
-    tests = TEST_HEAD.format(task_id=inst.task_id, family=inst.family) + "\n\n" + fam.tests(inst.params)
+    tests = (
+        TEST_HEAD.format(task_id=inst.task_id, family=inst.family) + "\n\n" + fam.tests(inst.params)
+    )
     (tmp / "tests" / TEST_FILE).write_text(tests)
     (tmp / "instruction.md").write_text(inst.instruction_md())
     (tmp / "task.toml").write_text(
@@ -389,7 +391,9 @@ def write_split(split: dict[str, list[Instance]], out: Path, seed: int) -> dict[
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="campaign config (families.* keys)")
-    parser.add_argument("--out", required=True, help="writes OUT/train, OUT/heldout, OUT/families.json")
+    parser.add_argument(
+        "--out", required=True, help="writes OUT/train, OUT/heldout, OUT/families.json"
+    )
     parser.add_argument("--train", type=int, help="training instances per family")
     parser.add_argument("--heldout", type=int, help="held-out instances per family")
     parser.add_argument("--seed", type=int)

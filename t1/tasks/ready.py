@@ -263,28 +263,3 @@ def manifest_record(checked: int, not_ready: list[Readiness], network: str) -> d
             for r in not_ready
         ],
     }
-
-
-def report_section(run_dir: Path) -> list[str]:
-    """Markdown: per pool, the tasks excluded as not ready offline (count, then each one)."""
-    lines: list[str] = []
-    for m in sorted(Path(run_dir).glob("pool/*/manifest.json")):
-        try:
-            off = json.loads(m.read_text()).get("offline")
-        except (OSError, json.JSONDecodeError):
-            continue
-        if not off:
-            continue
-        if not lines:
-            lines += ["## Tasks not ready offline (excluded from the pools, not scored)", ""]
-        pool = m.parent.name
-        lines.append(
-            f"Pool `{pool}`: {off['not_ready_count']} of {off['checked']} tasks not ready "
-            f"(sandbox.network: {off['network']})."
-        )
-        if off["not_ready"]:
-            lines += ["", "| task | missing |", "|---|---|"]
-            for r in off["not_ready"]:
-                lines.append(f"| {r['task']} | {'; '.join(r['missing']).replace('|', '/')} |")
-        lines.append("")
-    return lines

@@ -7,12 +7,12 @@ snakemake run in it, and the checks of what a finished campaign leaves behind.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
 import subprocess
 import sys
-import math
 import time
 from pathlib import Path
 
@@ -116,7 +116,9 @@ def check_finished_campaign(
         for stage in ("sft", "ppo"):
             fig = summary[split][stage]
             assert fig is None or {"resolved", "n", "ci95", "pass_at_k"} <= set(fig), (split, fig)
-            assert fig is not None or any(n.startswith(f"{split}.{stage}") for n in summary["notes"])
+            assert fig is not None or any(
+                n.startswith(f"{split}.{stage}") for n in summary["notes"]
+            )
 
 
 def check_synthesized_pool(wf: Path, run: str) -> dict:

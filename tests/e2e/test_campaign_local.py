@@ -48,7 +48,9 @@ def test_local_campaign_and_its_ablations_finish_with_reports_and_one_filled_tab
     assert {name, f"{name}-binary", f"{name}-cold"} <= set(runs(name))
     args = ("--profile", "profiles/local", "campaign_ablations", "--configfile", "ablations.yaml")
     r, seconds = snakemake(wf, *args, timeout=5400)
-    print(f"\n[e2e] local campaign_ablations (ablations.yaml): {seconds:.0f} s, exit {r.returncode}")
+    print(
+        f"\n[e2e] local campaign_ablations (ablations.yaml): {seconds:.0f} s, exit {r.returncode}"
+    )
     assert r.returncode == 0, tail(r)
     check_ablations(wf, cfg)  # the dense run finished (report, metrics), then the table
     if cfg["campaign"]["synthesize"]:

@@ -80,7 +80,9 @@ def test_corpus_rows_mask_only_the_assistant_tokens(tok):
     assert len(rows) == 24
     assert {r.meta["family"] for r in rows} == set(FAMILIES)
     for r in rows[:8]:
-        text = tok.decode([t for t, m in zip(r.ids, r.loss_mask) if m], skip_special_tokens=False)
+        text = tok.decode(
+            [t for t, m in zip(r.ids, r.loss_mask, strict=True) if m], skip_special_tokens=False
+        )
         assert text.count("<tool_call>") == 2 and text.endswith("The task is complete.<|im_end|>")
         assert "[exit code" not in text and "You are a terminal agent" not in text
 
@@ -120,6 +122,7 @@ def test_packed_rows_drop_the_system_turn_and_keep_every_tool_call(tok):
     for r in packed:
         text = tok.decode(list(r.ids), skip_special_tokens=False)
         assert "You are a terminal agent" not in text and text.count("<|im_start|>user\n") >= 3
+
     # the same transcripts, so the same sampled tokens: 2 tool calls + the answer each
     def sampled(rows):
         return sum(sum(bool(m) for m in r.loss_mask) for r in rows)

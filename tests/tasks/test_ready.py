@@ -17,7 +17,7 @@ from pathlib import Path
 
 from t1.sandbox.provision import Provision
 from t1.tasks import load_task
-from t1.tasks.ready import Wheelhouse, manifest_record, readiness, report_section
+from t1.tasks.ready import Wheelhouse, manifest_record, readiness
 
 PYTEST = "pytest-8.4.1-py3-none-any.whl"
 CTRF = "pytest_json_ctrf-0.3.5-py3-none-any.whl"
@@ -145,7 +145,10 @@ def test_report_shows_the_excluded_tasks(tmp_path):
     pool = tmp_path / "run" / "pool" / "eval"
     pool.mkdir(parents=True)
     (pool / "manifest.json").write_text(json.dumps({"offline": manifest_record(3, [r], "never")}))
-    text = "\n".join(report_section(tmp_path / "run"))
+    from t1.report import markdown, not_ready_section
+    from t1.report_html import Document
+
+    text = markdown(Document("run", [not_ready_section(tmp_path / "run")]))
     assert "Pool `eval`: 1 of 3 tasks not ready" in text and "| kv | pip grpcio==1.73.0" in text
 
 
