@@ -283,7 +283,7 @@ class _LosesOneRoutingRow:
         return getattr(self.inner, name)
 
 
-def test_a_trajectory_tito_cannot_assemble_frees_its_admission_slot(tasks, tok, tag_engine):
+def test_a_trajectory_tito_cannot_assemble_frees_its_admission_slot(tasks, tok):
     """Assembled when it completes, before admission: the broken trajectory (launched first)
     is ABORTED with the TITO error, dropped and counted, and the next one takes its slot."""
     from t1.rollout import collect
@@ -298,8 +298,11 @@ def test_a_trajectory_tito_cannot_assemble_frees_its_admission_slot(tasks, tok, 
     )
     fast = {t.id: t for t in tasks}  # the seed tasks whose verifiers are quickest
     batch_tasks = [fast["stats-debug"], fast["word-frequency"], fast["stats-debug"]]
+    # a policy fitted to answer these tasks' prompts with a tool call (the module's tag engine
+    # is fitted on two other tasks, and whether it calls a tool on these depends on the BPE)
+    engine = LocalEngine(tool_tag_policy(tok, batch_tasks[:2]), dtype="bfloat16")
     batch = collect(
-        batch_tasks, _LosesOneRoutingRow(tag_engine), tok, cfg, admit=2, progress=False,
+        batch_tasks, _LosesOneRoutingRow(engine), tok, cfg, admit=2, progress=False,
         reward=DENSE,
     )  # fmt: skip
     s = batch.summary()

@@ -69,7 +69,8 @@ def run_stage(
         print(f"t1 train {stage}: {e}")
         return EXIT_NO_DATA
     if not rows:
-        print(f"t1 train {stage}: no trainable row from {', '.join(inputs) or 'the corpus'} ({stats})")
+        where = f"trajectory under {', '.join(inputs)}" if inputs else "row from the corpus"
+        print(f"t1 train {stage}: no trainable {where} ({stats})")
         return EXIT_NO_DATA
     trainer = build()
     saved = out.load()
