@@ -240,7 +240,8 @@ class PretrainConfig:
     pack: int = 1
     epochs: int = 1
     lr: float = 1e-3
-    batch: int = 8  # transcripts per optimizer step
+    warmup_steps: int = 20  # linear learning-rate warm-up over the first optimizer steps
+    batch: int = 8  # rows per optimizer step
     save_every: int = 100
 
 

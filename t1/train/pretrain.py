@@ -5,7 +5,8 @@
 The rows are `pretrain.examples` agent transcripts of random instances of the task families
 (t1.train.corpus: generated, not executed; no held-out instance of the run among them). The
 loss is SFT's (t1.train.sft.nll: token-level NLL over the assistant's tokens), AdamW with
-`pretrain.lr`, `pretrain.epochs` passes of `pretrain.batch` rows. No --in: the corpus is made
+`pretrain.lr` after a linear warm-up of `pretrain.warmup_steps`, `pretrain.epochs` passes of
+`pretrain.batch` rows. No --in: the corpus is made
 here, from the config's seed, so a rerun makes the same rows. Writes DIR/actor (SFT starts
 from it), DIR/ckpt/, DIR/metrics.jsonl (`pretrain_step` events), DIR/DONE.json; resumable.
 """
@@ -43,9 +44,17 @@ def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
         no_replay = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, replay=False))
         return build_trainer(no_replay, actor, None, actor_lr=p.lr)
 
+    def update(trainer, mb):
+        # linear warm-up keyed on the trainer's own update counter (saved in its checkpoints,
+        # so a resumed stage continues the schedule where it stopped)
+        k = trainer.counters["actor_updates"]
+        lr = p.lr * min(1.0, (k + 1) / max(1, p.warmup_steps))
+        for group in trainer.actor_opt.param_groups:
+            group["lr"] = lr
+        return dict(trainer.actor_update(mb, nll), lr=lr)
+
     return run_stage(
-        cfg, args, stop, stage="pretrain", data={}, build=build,
-        update=lambda trainer, mb: trainer.actor_update(mb, nll), epochs=p.epochs,
+        cfg, args, stop, stage="pretrain", data={}, build=build, update=update, epochs=p.epochs,
         batch=p.batch, save_every=p.save_every, weights={"actor": True, "critic": False},
         rows_of=rows_of,
     )  # fmt: skip
