@@ -27,6 +27,7 @@ JSON write (serialises JSON and renames in the same function).
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -125,3 +126,14 @@ def append_json_line(
         os.write(fd, line)
     finally:
         os.close(fd)
+
+
+def json_safe(x: Any) -> Any:
+    """nan/inf -> None, recursively (JSON has no nan)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    return x

@@ -16,7 +16,8 @@ set's pass@k is the mean over its tasks.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 Z95 = 1.959963984540054  # the 97.5% quantile of the standard normal
 
@@ -64,3 +65,20 @@ def mean_pass_at_k(counts: Iterable[tuple[int, int]], k: int) -> float:
     if not values:
         raise ValueError("pass@k of an empty task set")
     return sum(values) / len(values)
+
+
+def intervals_overlap(a: Sequence[float], b: Sequence[float]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def two_proportion_test(x1: int, n1: int, x2: int, n2: int) -> dict[str, Any]:
+    """Pooled two-proportion z-test of p2 vs p1, two-sided: {"z", "p"} (None when undefined:
+    an empty group, or both rates 0 or both 1)."""
+    if n1 == 0 or n2 == 0:
+        return {"z": None, "p": None}
+    pooled = (x1 + x2) / (n1 + n2)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+    if se == 0:
+        return {"z": None, "p": None}
+    z = (x2 / n2 - x1 / n1) / se
+    return {"z": z, "p": math.erfc(abs(z) / math.sqrt(2))}

@@ -52,7 +52,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from t1.records import write_json_atomic
+from t1.records import json_safe, write_json_atomic
 
 SCHEMA_VERSION = 1
 ARMS = ("warm", "cold")
@@ -228,19 +228,8 @@ def run_arm(arm: str, cfg, args: argparse.Namespace, batches: list[Any]) -> list
     return ev_curve(read_events(metrics_file))
 
 
-def _clean(x: Any) -> Any:
-    """nan/inf -> None, recursively (JSON has no nan)."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
-
-
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    write_json_atomic(path, _clean(data), default=str)  # NaN/inf are not JSON: _clean them
+    write_json_atomic(path, json_safe(data), default=str)  # NaN/inf are not JSON: _clean them
 
 
 def _curve_record(curve: list[dict[str, Any]]) -> dict[str, Any]:
@@ -417,7 +406,7 @@ def main(args: argparse.Namespace) -> int:
     }
     if args.plot:
         plot_curves(result, Path(args.plot))
-    text = json.dumps(_clean(result), indent=1, default=str)
+    text = json.dumps(json_safe(result), indent=1, default=str)
     if args.json:
         _write_json(Path(args.json), result)
     print(text)
