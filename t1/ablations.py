@@ -227,6 +227,8 @@ def _kind(rollout_dir: str) -> str:
         return "critic warm-up rollouts"
     if "/sft/expert" in p:
         return "expert"
+    if "/ablations/drift_rollout" in p:
+        return "drift rollout"  # ablations.smk: the SFT policy over the train pool, for (b)
     return "other"
 
 

@@ -301,6 +301,20 @@ class CampaignConfig:
 
 
 @dataclass(frozen=True)
+class AblationsConfig:
+    """`campaign_ablations` (workflow/rules/ablations.smk, t1.ablations)."""
+
+    # (b): trajectories the SFT policy samples over the train pool for the TITO drift audit,
+    # besides every trajectory of the three runs (issue 14 asks >= 1,000 audited in all)
+    drift_trajectories: int = 600
+    critic_seeds: int = 3  # (c): t1 bench critic runs, one per seed (run.seed + i)
+
+    def __post_init__(self) -> None:
+        if self.drift_trajectories < 1 or self.critic_seeds < 1:
+            raise ValueError("ablations.drift_trajectories and critic_seeds must be >= 1")
+
+
+@dataclass(frozen=True)
 class SynthConfig:
     """Recursive verified task synthesis (t1.synth), audit (t1.audit) and pools (t1.tasks.pool_build)."""
 
@@ -337,6 +351,7 @@ class Config:
     critic_warmup: CriticWarmupConfig = field(default_factory=CriticWarmupConfig)
     campaign: CampaignConfig = field(default_factory=CampaignConfig)
     synth: SynthConfig = field(default_factory=SynthConfig)
+    ablations: AblationsConfig = field(default_factory=AblationsConfig)
 
 
 def _build(cls: type, data: Any, where: str, source: str) -> Any:

@@ -116,6 +116,10 @@ def save_rollout(out: Path, n: int, engine: bool = True, drift: bool = False) ->
 
 
 def write_drift(root: Path, runs: list[Path], drift: bool = False) -> Path:
+    # ablations.smk's drift rollout (the SFT policy over the train pool): a root of its own,
+    # counted though it lies below the excluded ablations/
+    extra = runs[0] / "ablations/drift_rollout"
+    save_rollout(extra, 2, drift=drift)
     for run in runs:
         save_rollout(run / "ppo/steps/step_000000/rollout", 2, drift=drift)
         save_rollout(run / "eval/ppo", 1)
@@ -123,7 +127,7 @@ def write_drift(root: Path, runs: list[Path], drift: bool = False) -> Path:
         save_rollout(run / "old/rollout", 1, engine=False)  # no engine ids: not counted
         save_rollout(run / "ablations/junk", 1, drift=True)  # excluded
     path = root / "drift.json"
-    args = ["tito-audit", *map(str, runs), "--exclude", "ablations", "--full-json", str(path),
+    args = ["tito-audit", *map(str, runs), str(extra), "--exclude", "ablations", "--full-json", str(path),
             "--exit-zero"]  # fmt: skip
     parser = argparse.ArgumentParser()
     tito_audit.add_arguments(parser)
@@ -189,10 +193,13 @@ def test_every_row_is_filled_from_the_measured_files(campaign, capsys):
     assert (
         "(a) text 0.0210, (b) TITO 0.0160, (c) TITO + R3 0.0130 over 5" in rows["gap"]["measured"]
     )
-    # (b) 3 runs x (2 PPO + 1 eval) engine-checked; expert, no engine ids, ablations/ not counted
+    # (b) 3 runs x (2 PPO + 1 eval) + 2 of the drift rollout engine-checked; expert, no engine
+    # ids, the rest of ablations/ not counted
     d = rows["drift"]["data"]
-    assert (d["trajectories"], d["loss_tokens"], d["drift_tokens"]) == (9, 27, 0)
-    assert d["by_kind"] == {"PPO rollouts": 6, "evaluations": 3, "expert": 3, "other": 0}
+    assert (d["trajectories"], d["loss_tokens"], d["drift_tokens"]) == (11, 33, 0)
+    assert d["by_kind"] == {
+        "PPO rollouts": 6, "evaluations": 3, "drift rollout": 2, "expert": 3, "other": 0
+    }  # fmt: skip
     assert "not counted: 3 expert, 3 without engine ids" in rows["drift"]["measured"]
     assert d["self_checked"] == 3 and "fewer than the 1,000" in rows["drift"]["why"]
     # (c) three seeds: cold opens at -2, -3, -4; mean -3
@@ -235,7 +242,7 @@ def test_every_verdict_can_say_no(campaign):
     rows = _rows_by_key(campaign)
     assert {k: r["holds"] for k, r in rows.items()} == dict.fromkeys(rows, "no")
     assert "(c) 0.0120 >= (a) 0.0100" in rows["gap"]["why"]
-    assert rows["drift"]["data"]["errors"] == 6 and "6 errors" in rows["drift"]["why"]
+    assert rows["drift"]["data"]["errors"] == 8 and "8 errors" in rows["drift"]["why"]
     assert "warm negative 1" in rows["critic"]["why"]
     assert "binary PPO above the SFT baseline" in rows["reward"]["why"]
     assert "dense PPO not above binary PPO" in rows["reward"]["why"]

@@ -12,7 +12,6 @@ tests/slurm/test_fleet_segment.py).
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -120,11 +119,9 @@ def test_a_replica_step_that_never_answers_health_times_out_naming_its_log(tmp_p
     steps = ReplicaSteps(cfg, path, tmp_path / "iter", ["localhost"])
     steps.lines = {0: [sys.executable, "-c", "import time; print('slow'); time.sleep(60)"]}
     steps.spawn_lines()
-    t0 = time.monotonic()
     try:
         with pytest.raises(FleetStepError, match=r"did not answer /health within .* 2 s"):
             steps.wait_healthy(2)
     finally:
         steps.stop()
-    assert time.monotonic() - t0 < 30
     assert steps.events[-1]["event"] == "stopped" and steps.events[-1]["rc"] == -15

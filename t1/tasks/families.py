@@ -80,62 +80,56 @@ class Family:
     name: str
     category: str
     difficulty: str
-    draw: Callable[[random.Random], dict[str, Any]]
+    draw: Callable[[random.Random, tuple[str, ...]], dict[str, Any]]  # (rng, word pool)
     instruction: Callable[[dict[str, Any]], str]
     command: Callable[[dict[str, Any]], str]
     files: Callable[[dict[str, Any]], dict[str, str]]  # /app-relative name -> content
     tests: Callable[[dict[str, Any]], str]  # pytest functions (after TEST_HEAD)
 
 
-class _Words:
-    """The word list instances draw from (its first N words: `families.words`)."""
-
-    pool: tuple[str, ...] = WORDS
+Words = tuple[str, ...]
 
 
-def _distinct(r: random.Random, k: int) -> list[str]:
-    return r.sample(_Words.pool, k)
-
-
-def _lines(r: random.Random, n: int) -> list[str]:
-    return [" ".join(r.sample(_Words.pool, 2)) for _ in range(n)]
-
-
-def _use_words(n: int) -> None:
+def word_pool(n: int) -> Words:
+    """The words instances draw from: the first `n` of WORDS (0 = all; `families.words`)."""
     if n < 0 or n == 1 or n == 2 or n > len(WORDS):
         raise ValueError(f"families.words must be 0 (all {len(WORDS)}) or 3..{len(WORDS)}, got {n}")
-    _Words.pool = WORDS[:n] if n else WORDS
+    return WORDS[:n] if n else WORDS
 
 
-def _create_file(r):
-    a, b = _distinct(r, 2)
+def _lines(r: random.Random, words: Words, n: int) -> list[str]:
+    return [" ".join(r.sample(words, 2)) for _ in range(n)]
+
+
+def _create_file(r, words):
+    a, b = r.sample(words, 2)
     return {"name": a, "word": b}
 
 
-def _make_dirs(r):
-    a, b = _distinct(r, 2)
+def _make_dirs(r, words):
+    a, b = r.sample(words, 2)
     return {"parent": a, "child": b}
 
 
-def _two_files(r):
-    a, b, c = _distinct(r, 3)
+def _two_files(r, words):
+    a, b, c = r.sample(words, 3)
     return {"src": a, "dst": b, "word": c}
 
 
-def _delete(r):
-    a, b = _distinct(r, 2)
+def _delete(r, words):
+    a, b = r.sample(words, 2)
     return {"victim": a, "keep": b}
 
 
-def _text(r):
-    a, b = _distinct(r, 2)
-    lines = _lines(r, r.randint(3, 7))
+def _text(r, words):
+    a, b = r.sample(words, 2)
+    lines = _lines(r, words, r.randint(3, 7))
     return {"src": a, "dst": b, "lines": lines}
 
 
-def _grep(r):
-    a, b, w = _distinct(r, 3)
-    lines = _lines(r, r.randint(4, 7))
+def _grep(r, words):
+    a, b, w = r.sample(words, 3)
+    lines = _lines(r, words, r.randint(4, 7))
     hits = sorted(r.sample(range(len(lines)), r.randint(1, 2)))
     for i in hits:
         lines[i] = f"{lines[i].split()[0]} {w}"
@@ -283,7 +277,7 @@ def make_split(
     """`train` and `heldout` instances per family; held-out ones share no parameter tuple with
     the training ones and each holds a word its family's training instances never use.
     `words`: draw from the first N words of WORDS (0 = all)."""
-    _use_words(words)
+    pool = word_pool(words)
     names = families or list(FAMILIES)
     unknown = sorted(set(names) - set(FAMILIES))
     if unknown:
@@ -296,7 +290,7 @@ def make_split(
         used: set[str] = set()
         for i in range(train):
             for _ in range(1000):
-                p = fam.draw(r)
+                p = fam.draw(r, pool)
                 if key_of(name, p) not in seen:
                     break
             seen.add(key_of(name, p))
@@ -304,7 +298,7 @@ def make_split(
             out["train"].append(Instance(name, p, i))
         for j in range(heldout):
             for _ in range(10000):
-                p = fam.draw(r)
+                p = fam.draw(r, pool)
                 if key_of(name, p) not in seen and words_of(p) - used:
                     break
             else:
@@ -316,13 +310,13 @@ def make_split(
 
 def draw_corpus(seed: int, n: int, exclude: set[str], words: int = 0) -> Iterator[Instance]:
     """`n` random instances over all families, none of whose keys is in `exclude`."""
-    _use_words(words)
+    pool = word_pool(words)
     r = random.Random(f"t1-corpus-{seed}")
     names = list(FAMILIES)
     i = 0
     while i < n:
         name = names[i % len(names)]
-        p = FAMILIES[name].draw(r)
+        p = FAMILIES[name].draw(r, pool)
         if key_of(name, p) in exclude:
             continue
         yield Instance(name, p, i)

@@ -181,9 +181,10 @@ def check_ablations(wf: Path, cfg: dict) -> None:
     data = rows["drift"]["data"]
     assert 0 < data["trajectories"] <= drift["engine_checked"]["trajectories"]
     sampled = 0  # policy-sampled, trained-on trajectories whose every turn has the engine's ids
-    for run in arms.values():
-        for path in find_trajectories(results / run):
-            rel = path.relative_to(results / run).parts
+    roots = [results / run for run in arms.values()] + [abl / "drift_rollout"]
+    for root in roots:
+        for path in find_trajectories(root):
+            rel = path.relative_to(root).parts
             if "ablations" in rel or rel[:2] == ("sft", "expert"):
                 continue
             t = load_trajectory(path)
@@ -194,6 +195,7 @@ def check_ablations(wf: Path, cfg: dict) -> None:
             )
     assert data["trajectories"] + data["errors"] == sampled, (data, sampled)
     assert data["by_kind"]["PPO rollouts"] > 0 and data["by_kind"]["evaluations"] > 0
+    assert data["by_kind"]["drift rollout"] > 0  # ablations.drift_trajectories of the SFT policy
 
     # (c) three seeds on the same batches: one EV per PPO step of the dense run, both arms
     data = rows["critic"]["data"]

@@ -3,7 +3,10 @@
 # of campaign.runs() (RUNS, common.smk) - NAME (dense reward, warm critic, TITO + R3),
 # NAME-binary (binary reward), NAME-cold (critic_warmup.enabled false) - then measures:
 #   ablations/gap.json                 t1 bench gap on NAME's step-0 rollout, with NAME's SFT actor
+#   ablations/drift_rollout/           t1 rollout: ablations.drift_trajectories trajectories of
+#                                      NAME's SFT policy over the train pool, for the audit
 #   ablations/drift.json               t1 tito-audit over every trajectory of the three runs
+#                                      and of the drift rollout
 #   ablations/critic/seed_S/...        t1 bench critic: warm vs cold critic on NAME's PPO
 #                                      rollouts (the same batches), one run per seed S
 # and `t1 ablations` (t1/ablations.py) writes RESULTS/NAME/ablations.md and .json (one row per
@@ -15,7 +18,7 @@ ABL_DIR = f"{RESULTS}/{NAME}/ablations"
 ABL_RUNS = {"dense": NAME, "binary": f"{NAME}-binary", "cold": f"{NAME}-cold"}
 # seeds of the critic comparison: run.seed + i (the trainer's minibatch shuffle, the cold
 # arm's fresh value head); the batches stay the same
-CRITIC_SEEDS = [conf("run.seed") + i for i in range(3)]
+CRITIC_SEEDS = [conf("run.seed") + i for i in range(conf("ablations.critic_seeds"))]
 # the dense run's PPO rollouts, one per step: the batches both critics train on
 ABL_ROLLOUTS = " ".join(
     f"{RESULTS}/{NAME}/ppo/steps/step_{s:06d}/rollout" for s in range(LAST_STEP + 1)
@@ -46,10 +49,39 @@ rule ablation_gap:
         "t1 bench gap --config {input.cfg} --rollout {params.rollout} --policy {params.policy} --tokenizer {input.tok} --json {output} &> {log}"
 
 
+rule ablation_drift_rollout:
+    input:
+        cfg=ancient(f"{RESULTS}/{NAME}/config.yaml"),
+        tok=f"{RESULTS}/{NAME}/tokenizer",
+        pool=f"{RESULTS}/{NAME}/pool/train/manifest.json",
+        sft=f"{RESULTS}/{NAME}/sft/model/DONE.json",
+    output:
+        f"{ABL_DIR}/drift_rollout/rollout.json",
+    log:
+        f"{RESULTS}/{NAME}/logs/ablations/drift_rollout/attempt-{ATTEMPT}.log",
+    container:
+        TRAINER_IMAGE
+    threads: conf("rollout.workers")
+    resources:
+        runtime=TRAIN_MIN,
+        mem_mb=MEM_MB,
+        cpus_per_task=CPUS,
+        nodes=NODES,
+        gpu=GPUS,
+    params:
+        n=conf("ablations.drift_trajectories"),
+        policy=lambda w: f"{RESULTS}/{NAME}/sft/model/actor",
+        pool=lambda w: f"{RESULTS}/{NAME}/pool/train/tasks",
+        out=lambda w: f"{ABL_DIR}/drift_rollout",
+    shell:
+        "t1 rollout --config {input.cfg} --policy {params.policy} --tokenizer {input.tok} --tasks {params.pool} --launch {params.n} --admit {params.n} --out {params.out} &> {log}"
+
+
 rule ablation_drift:
     input:
         # a run's report needs its last PPO segment and its evaluations: every trajectory
         reports=[f"{RESULTS}/{run}/report.md" for run in ABL_RUNS.values()],
+        rollout=rules.ablation_drift_rollout.output,
     output:
         f"{ABL_DIR}/drift.json",
     log:
@@ -60,7 +92,10 @@ rule ablation_drift:
         runtime=TRAIN_MIN,
         mem_mb=MEM_MB,
     params:
-        dirs=lambda w: " ".join(f"{RESULTS}/{run}" for run in ABL_RUNS.values()),
+        dirs=lambda w: " ".join(
+            [f"{RESULTS}/{run}" for run in ABL_RUNS.values()]
+            + [f"{ABL_DIR}/drift_rollout"]
+        ),
     shell:
         "t1 tito-audit {params.dirs} --exclude ablations --full-json {output} --exit-zero &> {log}"
 
