@@ -307,11 +307,16 @@ class AblationsConfig:
     # (b): trajectories the SFT policy samples over the train pool for the TITO drift audit,
     # besides every trajectory of the three runs (issue 14 asks >= 1,000 audited in all)
     drift_trajectories: int = 600
+    # the drift rollout samples as a cluster's engine does: batched decoding (run.deterministic
+    # off for it alone; the audit's claim must hold whatever shares a batch) by this many workers
+    drift_workers: int = 8
     critic_seeds: int = 3  # (c): t1 bench critic runs, one per seed (run.seed + i)
 
     def __post_init__(self) -> None:
-        if self.drift_trajectories < 1 or self.critic_seeds < 1:
-            raise ValueError("ablations.drift_trajectories and critic_seeds must be >= 1")
+        if min(self.drift_trajectories, self.drift_workers, self.critic_seeds) < 1:
+            raise ValueError(
+                "ablations.drift_trajectories, drift_workers and critic_seeds must be >= 1"
+            )
 
 
 @dataclass(frozen=True)

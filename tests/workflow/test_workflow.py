@@ -64,6 +64,23 @@ def test_dry_run_of_every_target(wf, profile):
     assert jobs["ablations"] == 1
 
 
+@pytest.mark.parametrize(("n", "workers", "seeds"), [(700, 8, 3), (5, 3, 2)])
+def test_the_ablations_keys_reach_their_commands(wf, tmp_path, n, workers, seeds):
+    overlay = tmp_path / "abl.yaml"
+    overlay.write_text(
+        f"ablations: {{drift_trajectories: {n}, drift_workers: {workers}, critic_seeds: {seeds}}}\n"
+    )
+    r = snakemake(wf, "--profile", "profiles/local", "-n", "-p", "campaign_ablations",
+                  "--configfile", str(overlay))  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    # the drift rollout: n trajectories of the SFT policy, from a config that decodes in batches
+    assert f"--launch {n} --admit {n} --out results/tiny/ablations/drift_rollout" in r.stdout
+    assert f"--set run.deterministic=false --set rollout.workers={workers} " in r.stdout
+    assert "t1 rollout --config results/tiny/ablations/drift_config.yaml" in r.stdout
+    assert "results/tiny/ablations/drift_rollout --exclude ablations" in r.stdout  # audited
+    assert job_counts(r.stdout)["ablation_critic"] == seeds
+
+
 def test_dry_run_of_the_122b_preset_on_slurm(wf):
     r = snakemake(
         wf, "--profile", "profiles/slurm", "-n", "-p", "campaign_dense", "--configfile", PRESET

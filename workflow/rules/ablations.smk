@@ -4,7 +4,9 @@
 # NAME-binary (binary reward), NAME-cold (critic_warmup.enabled false) - then measures:
 #   ablations/gap.json                 t1 bench gap on NAME's step-0 rollout, with NAME's SFT actor
 #   ablations/drift_rollout/           t1 rollout: ablations.drift_trajectories trajectories of
-#                                      NAME's SFT policy over the train pool, for the audit
+#                                      NAME's SFT policy over the train pool, for the audit,
+#                                      decoded in batches (drift_config.yaml: run.deterministic
+#                                      off, ablations.drift_workers workers)
 #   ablations/drift.json               t1 tito-audit over every trajectory of the three runs
 #                                      and of the drift rollout
 #   ablations/critic/seed_S/...        t1 bench critic: warm vs cold critic on NAME's PPO
@@ -49,9 +51,25 @@ rule ablation_gap:
         "t1 bench gap --config {input.cfg} --rollout {params.rollout} --policy {params.policy} --tokenizer {input.tok} --json {output} &> {log}"
 
 
-rule ablation_drift_rollout:
+rule ablation_drift_config:
     input:
         cfg=ancient(f"{RESULTS}/{NAME}/config.yaml"),
+    output:
+        f"{ABL_DIR}/drift_config.yaml",
+    log:
+        f"{RESULTS}/{NAME}/logs/ablations/drift_config/attempt-{ATTEMPT}.log",
+    localrule: True
+    container:
+        TRAINER_IMAGE
+    params:
+        workers=conf("ablations.drift_workers"),
+    shell:
+        "t1 run-config --base {input.cfg} --set run.deterministic=false --set rollout.workers={params.workers} --out {output} &> {log}"
+
+
+rule ablation_drift_rollout:
+    input:
+        cfg=rules.ablation_drift_config.output,
         tok=f"{RESULTS}/{NAME}/tokenizer",
         pool=f"{RESULTS}/{NAME}/pool/train/manifest.json",
         sft=f"{RESULTS}/{NAME}/sft/model/DONE.json",
