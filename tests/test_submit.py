@@ -52,7 +52,10 @@ def wait_for_step(tmp_path: Path, step: int, job, timeout: float = 120) -> None:
 def check_resumed(tmp_path: Path, total: int) -> list[dict]:
     """Every run went on from where the one before it stopped; each step ran once."""
     starts = [json.loads(x) for x in (tmp_path / "out/runs.log").read_text().splitlines()]
-    assert starts[0]["step"] == 0 and all(0 < s["step"] < total for s in starts[1:]), starts
+    # a run stopped after its last step but before DONE leaves the next one nothing but DONE
+    # (under load the stop signal can land there): only the last start may be at `total`
+    assert starts[0]["step"] == 0 and all(0 < s["step"] < total for s in starts[1:-1]), starts
+    assert len(starts) == 1 or 0 < starts[-1]["step"] <= total, starts
     assert [s["step"] for s in starts] == sorted({s["step"] for s in starts}), starts
     history = latest_complete(tmp_path / "out/ckpt").load("metrics")
     assert [s for s, _ in history] == list(range(1, total + 1))
