@@ -79,7 +79,7 @@ rule ablation_drift_rollout:
         f"{RESULTS}/{NAME}/logs/ablations/drift_rollout/attempt-{ATTEMPT}.log",
     container:
         TRAINER_IMAGE
-    threads: conf("rollout.workers")
+    threads: conf("ablations.drift_workers")  # its config sets rollout.workers to this
     resources:
         runtime=TRAIN_MIN,
         mem_mb=MEM_MB,
