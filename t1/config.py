@@ -31,7 +31,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Identity of a run (t1.campaign)."""
+    """Identity of a run (t1.run.campaign)."""
 
     name: str = "tiny"
     seed: int = 0
@@ -74,7 +74,7 @@ class SandboxConfig:
 
 @dataclass(frozen=True)
 class TokenizerConfig:
-    """Tokenizer (t1.tokenizer): a trained byte-level BPE, or the real Qwen3.5 vocabulary."""
+    """Tokenizer (t1.agent.tokenizer): a trained byte-level BPE, or the real Qwen3.5 vocabulary."""
 
     kind: str = "bpe"  # bpe | qwen3.5
     vocab_size: int = 4096
@@ -83,7 +83,7 @@ class TokenizerConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Policy and critic architecture (t1.policy)."""
+    """Policy and critic architecture (t1.model.policy)."""
 
     arch: str = "qwen3_moe"  # qwen3_moe | qwen3_5_moe
     layers: int = 4
@@ -119,7 +119,7 @@ class EngineConfig:
 
 @dataclass(frozen=True)
 class FleetConfig:
-    """SGLang rollout replicas of a segment (t1.engine.fleet, t1.engine.launch, t1.plan)."""
+    """SGLang rollout replicas of a segment (t1.engine.fleet, t1.engine.launch, t1.run.plan)."""
 
     replicas: int = 0  # servers, each a full copy of the policy (0 = no fleet: engine.url alone)
     urls: list[str] = field(default_factory=list)  # fixed replica URLs; [] = the allocation's nodes
@@ -140,7 +140,7 @@ class FleetConfig:
 
 @dataclass(frozen=True)
 class AgentConfig:
-    """The multi-turn bash agent (t1.agent)."""
+    """The multi-turn bash agent (t1.agent.loop)."""
 
     max_turns: int = 16
     context_tokens: int = 4096
@@ -151,7 +151,7 @@ class AgentConfig:
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    """Batch sampling with over-sampling (t1.rollout)."""
+    """Batch sampling with over-sampling (t1.rollout.collect)."""
 
     launch: int = 10  # trajectories launched per step (paper: 560)
     admit: int = 8  # first completed admitted (paper: 512)
@@ -171,11 +171,11 @@ class TitoConfig:
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """Executed reward (t1.reward)."""
+    """Executed reward (t1.verify.reward)."""
 
     kind: str = "dense"  # dense | binary
     # dense = clip(passed - no-op, 0, scale) / scale: ONE scale for the whole run, pinned in
-    # results/<run>/manifest.json at the first segment (t1.reward.pin_reward); 0 = the train
+    # results/<run>/manifest.json at the first segment (t1.verify.reward.pin_reward); 0 = the train
     # pool's largest assertion count; a resumed run with another scale refuses to start
     scale: float = 0.0
     subtract_noop: bool = False  # subtract the task's no-op passes (measured when pooled)
@@ -268,7 +268,7 @@ class CriticWarmupConfig:
 
 @dataclass(frozen=True)
 class CampaignConfig:
-    """Segments, checkpoints and the segment supervisor (t1.segment, t1.ckpt, t1.supervise)."""
+    """Segments, checkpoints and the segment supervisor (t1.run.segment, t1.store.ckpt, t1.supervise)."""
 
     segments: int = 2
     steps_per_segment: int = 2
@@ -290,7 +290,7 @@ class CampaignConfig:
     # portable resources of the heavy rules (segments, SFT, critic warm-up, evaluation);
     # partition, account, gres type live in profiles/slurm
     gpus: int = 0  # per node; 0 = CPU
-    gpu_mem_gib: float = 0.0  # memory of one GPU (t1.plan sizes trainer and servers with it)
+    gpu_mem_gib: float = 0.0  # memory of one GPU (t1.run.plan sizes trainer and servers with it)
     nodes: int = 1
     cpus: int = 2
     mem_mb: int = 6000
@@ -302,7 +302,7 @@ class CampaignConfig:
 
 @dataclass(frozen=True)
 class AblationsConfig:
-    """`campaign_ablations` (workflow/rules/ablations.smk, t1.ablations)."""
+    """`campaign_ablations` (workflow/rules/ablations.smk, t1.eval.ablations)."""
 
     # (b): trajectories the SFT policy samples over the train pool for the TITO drift audit,
     # besides every trajectory of the three runs (issue 14 asks >= 1,000 audited in all)
@@ -321,7 +321,7 @@ class AblationsConfig:
 
 @dataclass(frozen=True)
 class SynthConfig:
-    """Recursive verified task synthesis (t1.synth), audit (t1.audit) and pools (t1.tasks.pool_build)."""
+    """Recursive verified task synthesis (t1.synth), audit (t1.curate.audit) and pools (t1.curate.pool)."""
 
     rounds: int = 3
     per_round: int = 20

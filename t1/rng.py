@@ -4,7 +4,7 @@
     restore_rng(state)         # the next draws equal those after the capture
 
 The captured value holds only tensors, ints, floats, strings, lists and tuples, so a
-`t1.ckpt` part of it loads with `weights_only=True`. The trainer (t1/train/hf.py) adds its own
+`t1.store.ckpt` part of it loads with `weights_only=True`. The trainer (t1/train/hf.py) adds its own
 `torch.Generator` (data shuffles) beside it.
 """
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from t1 import chat
-from t1.agent import system_prompt_for
+from t1.agent import chat
+from t1.agent.loop import system_prompt_for
 from t1.config import ModelConfig
-from t1.policy import build_policy, save_policy
+from t1.model.policy import build_policy, save_policy
 from t1.tasks.model import Task
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ _CACHE: dict[tuple, torch.nn.Module] = {}
 
 
 def example_tasks() -> list[Task]:
-    from t1.rollout import load_tasks
+    from t1.rollout.collect import load_tasks
 
     return load_tasks([str(EXAMPLES)])
 

@@ -1,12 +1,12 @@
-"""`t1 ablations` (t1/ablations.py) on fixture runs written with the real record writers, and
+"""`t1 ablations` (t1/eval/ablations.py) on fixture runs written with the real record writers, and
 the campaign-wide `t1 tito-audit` it reads (t1/tito/audit.py: several dirs, engine-checked).
 
     .venv/bin/pytest tests/test_ablations.py -q
 
-Fixture runs: ppo_step events through t1.metrics_log.MetricsLog, eval.json documents built
-with t1.eval_summary.block (t1 evaluate's figures), summary.json by t1.eval_summary.run_summary,
+Fixture runs: ppo_step events through t1.store.metrics_log.MetricsLog, eval.json documents built
+with t1.eval.summary.block (t1 evaluate's figures), summary.json by t1.eval.summary.run_summary,
 critic.json by t1.bench.critic.from_metrics over MetricsLog files, drift.json by the real
-audit over trajectories saved with t1.trajectory.save_trajectory, gap.json in the document
+audit over trajectories saved with t1.agent.trajectory.save_trajectory, gap.json in the document
 shape `t1 bench gap` writes (write_json_atomic). Every verdict is shown to go both ways.
 """
 
@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from t1 import ablations as ab
+from t1.agent.trajectory import Status, Trajectory, Turn, save_trajectory
 from t1.bench.critic import from_metrics
-from t1.eval_summary import block, run_summary
-from t1.evaluate import SCHEMA_VERSION as EVAL_SCHEMA
-from t1.metrics_log import MetricsLog
+from t1.eval import ablations as ab
+from t1.eval.evaluate import SCHEMA_VERSION as EVAL_SCHEMA
+from t1.eval.summary import block, run_summary
 from t1.records import write_json_atomic
+from t1.store.metrics_log import MetricsLog
 from t1.tito import audit as tito_audit
-from t1.trajectory import Status, Trajectory, Turn, save_trajectory
 
 TRAIN_TASKS = ["t-a", "t-b"]
 HELDOUT_TASKS = ["h-a", "h-b"]

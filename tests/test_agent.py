@@ -19,19 +19,19 @@ import torch
 from agent_helpers import example_tasks, random_policy, tool_tag_policy
 from shared_fixtures import requires_bwrap
 
-from t1 import chat
-from t1.agent import AgentOptions, run_agent, system_prompt_for
+from t1.agent import chat
+from t1.agent.expert import ScriptedEngine
+from t1.agent.loop import AgentOptions, run_agent, system_prompt_for
+from t1.agent.tokenizer_train import bpe_tokenizer
+from t1.agent.trajectory import Status
 from t1.config import AgentConfig, Config
 from t1.engine.base import GenerateResult, SamplingParams
 from t1.engine.local import LocalEngine
-from t1.expert import ScriptedEngine
-from t1.oversample import CancelToken
-from t1.reward import RewardSpec
-from t1.rollout import expert_batch
+from t1.rollout.collect import expert_batch
+from t1.rollout.oversample import CancelToken
 from t1.tasks.env import open_task_sandbox
 from t1.tito import assemble
-from t1.tokenizer import bpe_tokenizer
-from t1.trajectory import Status
+from t1.verify.reward import RewardSpec
 
 pytestmark = [pytest.mark.integration, requires_bwrap]
 
@@ -286,7 +286,7 @@ class _LosesOneRoutingRow:
 def test_a_trajectory_tito_cannot_assemble_frees_its_admission_slot(tasks, tok):
     """Assembled when it completes, before admission: the broken trajectory (launched first)
     is ABORTED with the TITO error, dropped and counted, and the next one takes its slot."""
-    from t1.rollout import collect
+    from t1.rollout.collect import collect
 
     cfg = Config()
     cfg = dataclasses.replace(

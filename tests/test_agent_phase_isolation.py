@@ -1,6 +1,6 @@
 """During the agent phase the task's tests and reference solution are nowhere in the sandbox.
 
-The verifier copies the tests in only after the agent stopped (t1.verifier.copy_tests_in);
+The verifier copies the tests in only after the agent stopped (t1.verify.verifier.copy_tests_in);
 the solution travels only for `t1 oracle`. The task's host directory is not bound either.
 """
 

@@ -9,7 +9,7 @@ import shutil
 import pytest
 from shared_fixtures import requires_bwrap
 
-from t1.audit import (
+from t1.curate.audit import (
     ACCEPT,
     alignment,
     audit,

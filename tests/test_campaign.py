@@ -1,4 +1,4 @@
-"""A run's pinned config (t1/campaign.py): merging like Snakemake, --set, validation, writing.
+"""A run's pinned config (t1/run/campaign.py): merging like Snakemake, --set, validation, writing.
 
 .venv/bin/pytest tests/test_campaign.py -q
 """
@@ -11,8 +11,8 @@ import sys
 import pytest
 import yaml
 
-from t1.campaign import derive_config, merge, parse_sets, write_config
 from t1.config import ConfigError
+from t1.run.campaign import derive_config, merge, parse_sets, write_config
 
 
 def test_merge_is_recursive_and_later_wins():

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from t1 import chat as C
-from t1 import tokenizer as T
+from t1.agent import chat as C
+from t1.agent import tokenizer as T
+from t1.agent import tokenizer_train as TT
 
 
 @pytest.fixture(scope="module", params=["bpe", "qwen3.5"])
 def tok(request):
-    return T.bpe_tokenizer() if request.param == "bpe" else T.build_qwen35_tokenizer()
+    return TT.bpe_tokenizer() if request.param == "bpe" else T.build_qwen35_tokenizer()
 
 
 def _sample(tok, text):

@@ -1,4 +1,4 @@
-"""Atomic checkpoints (t1/ckpt.py): kill -9 during writes, corruption, retention, formats.
+"""Atomic checkpoints (t1/store/ckpt.py): kill -9 during writes, corruption, retention, formats.
 
 .venv/bin/pytest tests/test_ckpt.py -q
 """
@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from t1.ckpt import (
+from t1.rng import capture_rng, restore_rng
+from t1.store.ckpt import (
     MANIFEST,
     MARKER,
     CheckpointManager,
@@ -30,8 +31,7 @@ from t1.ckpt import (
     prune,
     write_checkpoint,
 )
-from t1.incidents import read_incidents
-from t1.rng import capture_rng, restore_rng
+from t1.store.incidents import read_incidents
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 WRITER = textwrap.dedent(
     """
     import sys
-    from t1.ckpt import CheckpointManager, latest_complete
+    from t1.store.ckpt import CheckpointManager, latest_complete
     root = sys.argv[1]
     mgr = CheckpointManager(root, keep=2)
     ck = latest_complete(root)

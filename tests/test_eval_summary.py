@@ -1,11 +1,11 @@
-"""summary.json's held-out / train split (t1.eval_summary.run_summary) on pool-named evaluations."""
+"""summary.json's held-out / train split (t1.eval.summary.run_summary) on pool-named evaluations."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from t1.eval_summary import run_summary
+from t1.eval.summary import run_summary
 from t1.records import write_json_atomic
 
 

@@ -17,13 +17,13 @@ import pytest
 from agent_helpers import EXAMPLES, random_policy
 from shared_fixtures import requires_bwrap
 
+from t1.agent.tokenizer_train import bpe_tokenizer
 from t1.cli import main as t1_main
-from t1.eval_summary import STAGES, block, run_summary
-from t1.evaluate import markdown, summarize
-from t1.policy import save_policy
-from t1.rollout import load_tasks
-from t1.stats import wilson_interval
-from t1.tokenizer import bpe_tokenizer
+from t1.eval.evaluate import markdown, summarize
+from t1.eval.stats import wilson_interval
+from t1.eval.summary import STAGES, block, run_summary
+from t1.model.policy import save_policy
+from t1.rollout.collect import load_tasks
 
 TASKS = [str(EXAMPLES / "word-frequency"), str(EXAMPLES / "stats-debug")]  # v1, v2
 

@@ -1,6 +1,6 @@
 """Splitting reference solutions into complete commands for expert trajectories."""
 
-from t1.expert import split_script
+from t1.agent.expert import split_script
 
 
 def test_split_keeps_heredocs_loops_and_continuations_whole():

@@ -1,5 +1,5 @@
 """Layering of the t1 package, read from the source (AST) so that imports hidden inside
-functions count too: no t1 module imports from a command module, `t1.rollout` reaches
+functions count too: no t1 module imports from a command module, `t1.rollout.collect` reaches
 neither the synthesizer nor the audit, and t1/sandbox/ has no import cycle.
 
     .venv/bin/pytest tests/test_layering.py -q
@@ -19,12 +19,12 @@ REPO = Path(__file__).resolve().parents[1]
 # Modules that are a library first and carry their `t1 <sub>` command as a thin main():
 # importing their library functions is fine (their add_arguments/main never are).
 LIBRARIES_WITH_A_COMMAND = {
-    "t1.tokenizer": "the tokenizer (chat, engine and trainer load it)",
-    "t1.policy": "the policy model (engine and trainer build and load it)",
-    "t1.memory": "the memory planner (the train bench sizes layouts with it)",
-    "t1.rollout": "collect/load_tasks/write_batch (evaluate and the gap bench reuse them)",
+    "t1.agent.tokenizer": "the tokenizer (chat, engine and trainer load it)",
+    "t1.model.policy": "the policy model (engine and trainer build and load it)",
+    "t1.model.memory": "the memory planner (the train bench sizes layouts with it)",
+    "t1.rollout.collect": "collect/load_tasks/write_batch (evaluate and the gap bench reuse them)",
     "t1.sandbox.provision": "the provision cache the sandboxes mount",
-    "t1.audit": "the audit scores (the pool builder ranks by them)",
+    "t1.curate.audit": "the audit scores (the pool builder ranks by them)",
     "t1.tasks.families": "the task families (the pre-training corpus and the tokenizer draw them)",
 }
 CLI_PARTS = {"main", "add_arguments"}
@@ -172,40 +172,40 @@ def test_no_module_imports_from_a_command_module():
 def test_the_command_module_check_catches_an_import(tmp_path):
     """Break it: a library importing `t1 oracle`'s run_task, or any module's main."""
     lib = tmp_path / "lib.py"
-    lib.write_text("def f():\n    from t1.oracle import run_task\n    from t1.audit import main\n")
+    lib.write_text("def f():\n    from t1.verify.oracle import run_task\n    from t1.curate.audit import main\n")
     g = graph({**T1_MODULES, "t1.lib": lib}, only={"t1.lib"})
     assert cli_violations(g) == [
-        "t1.lib:3 imports main (a command's CLI part) from t1.audit",
-        "t1.lib:2 imports run_task from the command module t1.oracle",
+        "t1.lib:3 imports main (a command's CLI part) from t1.curate.audit",
+        "t1.lib:2 imports run_task from the command module t1.verify.oracle",
     ]
 
 
 def _synthesis_or_audit(m: str) -> bool:
-    return m == "t1.audit" or m == "t1.synth" or m.startswith("t1.synth.")
+    return m == "t1.curate.audit" or m == "t1.synth" or m.startswith("t1.synth.")
 
 
 def test_rollout_reaches_neither_synthesis_nor_audit_in_the_source():
-    """Every import of t1.rollout, transitively, at any depth (lazy ones included)."""
-    parent = reach(T1, "t1.rollout")
+    """Every import of t1.rollout.collect, transitively, at any depth (lazy ones included)."""
+    parent = reach(T1, "t1.rollout.collect")
     assert "t1.tasks.pool" in parent and "t1.tasks.env" in parent  # pools and sandboxes: yes
     assert [chain(parent, m) for m in parent if _synthesis_or_audit(m)] == []
     # the check sees a lazy import: the pool builder reaches the audit from inside a function
-    built = reach(T1, "t1.tasks.pool_build")
-    assert "t1.audit" in built and "t1.synth.dedup" in built
+    built = reach(T1, "t1.curate.pool")
+    assert "t1.curate.audit" in built and "t1.synth.dedup" in built
 
 
 def test_rollout_imports_neither_synthesis_nor_audit_at_run_time():
     """A fresh interpreter: import the rollout and load a pool (the lazy path) as well."""
     code = (
         "import json, sys, tempfile, pathlib\n"
-        "import t1.rollout\n"
+        "import t1.rollout.collect\n"
         "d = pathlib.Path(tempfile.mkdtemp())\n"
         "tasks = [{'path': str(p.resolve())} for p in sorted(pathlib.Path('workflow/tasks')"
         ".iterdir()) if p.is_dir()]\n"
         "(d / 'manifest.json').write_text(json.dumps("
         "{'schema_version': 1, 'status': 'complete', 'tasks': tasks}))\n"
-        "assert len(t1.rollout.load_tasks([str(d)], seed=1)) == len(tasks) > 2\n"
-        "bad = [m for m in sys.modules if m.startswith('t1.synth') or m == 't1.audit']\n"
+        "assert len(t1.rollout.collect.load_tasks([str(d)], seed=1)) == len(tasks) > 2\n"
+        "bad = [m for m in sys.modules if m.startswith('t1.synth') or m == 't1.curate.audit']\n"
         "assert not bad, bad\n"
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)

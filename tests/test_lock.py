@@ -1,4 +1,4 @@
-"""t1.lock with real processes: one writer per output, parent-death kills, pid-file reaping."""
+"""t1.store.lock with real processes: one writer per output, parent-death kills, pid-file reaping."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from t1.lock import LOCK_NAME, LockHeld, OutputLock, PidFile, same_process
+from t1.store.lock import LOCK_NAME, LockHeld, OutputLock, PidFile, same_process
 
 HOLD = """
 import sys, time
-from t1.lock import hold_output
+from t1.store.lock import hold_output
 hold_output(sys.argv[1], "holder")
 print("locked", flush=True)
 time.sleep(60)
@@ -90,7 +90,7 @@ def test_children_inherit_the_lock_so_an_orphan_keeps_the_output(tmp_path):
 
 def test_die_with_parent_kills_the_child_of_a_sigkilled_parent(tmp_path):
     code = (
-        "import subprocess, sys, time\nfrom t1.lock import die_with_parent\n"
+        "import subprocess, sys, time\nfrom t1.store.lock import die_with_parent\n"
         "c = subprocess.Popen(['sleep', '60'], preexec_fn=die_with_parent)\n"
         "print(c.pid, flush=True)\ntime.sleep(60)\n"
     )

@@ -9,9 +9,9 @@ import json
 import pytest
 import torch
 
-from t1 import memory
 from t1.config import Config, ModelConfig
-from t1.memory import QWEN35_122B, Layout, plan, search, tiny_spec
+from t1.model import memory
+from t1.model.memory import QWEN35_122B, Layout, plan, search, tiny_spec
 
 
 def test_122b_parameter_count_matches_the_paper():
@@ -38,8 +38,8 @@ def test_counts_equal_the_real_models():
     with torch.device("meta"):
         model = Qwen3_5MoeForCausalLM(cfg)
     assert sum(p.numel() for p in model.parameters()) == s.param_counts()["total"]
-    # The tiny policy and critic as t1.policy builds them.
-    from t1.policy import Critic, build_policy
+    # The tiny policy and critic as t1.model.policy builds them.
+    from t1.model.policy import Critic, build_policy
 
     c = Config(model=ModelConfig(layers=2))
     spec = tiny_spec(c)

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from t1.metrics_log import SCHEMA_VERSION, MetricsLog, last_attempt, read_events
+from t1.store.metrics_log import SCHEMA_VERSION, MetricsLog, last_attempt, read_events
 
 
 def test_events_round_trip_with_schema_and_nan_as_null(tmp_path):

@@ -17,12 +17,12 @@ import pytest
 from shared_fixtures import requires_bwrap
 
 from t1.cli import main
-from t1.oracle import ROW_KEYS, format_table, run_many, run_task
-from t1.reward import RewardSpec
 from t1.sandbox import Limits
 from t1.tasks import find_tasks, load_task
 from t1.tasks.env import needs_build, open_task_sandbox, run_solution, task_spec
-from t1.verifier import score_in_sandbox
+from t1.verify.oracle import ROW_KEYS, format_table, run_many, run_task
+from t1.verify.reward import RewardSpec
+from t1.verify.verifier import score_in_sandbox
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = REPO / "workflow" / "tasks"
@@ -219,7 +219,7 @@ def test_agent_exports_do_not_reach_the_verifier(tmp_path):
     """An exported PATH with a fake `curl` (whose "uv installer" plants a `uvx` that passes
     everything) must not fool the verifier: it runs under the sandbox's starting environment.
     Files and processes the agent left behind still reach it, as in any harness."""
-    from t1.verifier import score_in_sandbox
+    from t1.verify.verifier import score_in_sandbox
 
     task = load_task(TASKS / "stats-debug")
     fake_uvx = "#!/bin/sh\nexit 0\n"

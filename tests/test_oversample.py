@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from t1.oversample import BatchPlanner, oversample
+from t1.rollout.oversample import BatchPlanner, oversample
 
 
 def _runner(durations, log):
@@ -118,7 +118,7 @@ def test_carry_over_gives_up_after_max_carry_drops_in_a_row():
 
 def test_carry_over_is_keyed_by_path_not_name(tmp_path):
     """Two tasks with the same name in different directories are carried as themselves."""
-    from t1.segment import _dropped_dirs
+    from t1.run.segment import _dropped_dirs
 
     a, b = str(tmp_path / "x" / "same"), str(tmp_path / "y" / "same")
     rollout = tmp_path / "rollout.json"

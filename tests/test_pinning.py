@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from t1.pinning import InputsChanged, digest, pin_inputs
+from t1.store.pinning import InputsChanged, digest, pin_inputs
 
 
 def test_first_call_records_later_calls_refuse_what_changed(tmp_path):

@@ -1,4 +1,4 @@
-"""`t1 segment --dry-run` on the 122B preset: the whole plan, on a fresh checkout (t1/plan.py)."""
+"""`t1 segment --dry-run` on the 122B preset: the whole plan, on a fresh checkout (t1/run/plan.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from t1.config import load_config
-from t1.plan import replica_memory, segment_plan, split_allocation
+from t1.engine.allocation import split_allocation
+from t1.run.plan import replica_memory, segment_plan
 
 REPO = Path(__file__).resolve().parents[1]
 PRESET = str(REPO / "workflow/config/qwen3.5-122b-a10b.yaml")

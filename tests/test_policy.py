@@ -1,4 +1,4 @@
-"""The tiny MoE policy and critic (t1/policy.py): config, deterministic init, safetensors round trip."""
+"""The tiny MoE policy and critic (t1/model/policy.py): config, deterministic init, safetensors round trip."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from t1.config import ModelConfig
-from t1.policy import Critic, build_critic, build_policy, load_policy, save_policy
+from t1.model.policy import Critic, build_critic, build_policy, load_policy, save_policy
 
 VOCAB = 512
 

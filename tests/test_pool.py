@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
+from t1.curate.pool import add_arguments, build_pool, main, writer_lock_dir
 from t1.synth import draft
 from t1.tasks.pool import PoolLoader, epoch_order
-from t1.tasks.pool_build import add_arguments, build_pool, main, writer_lock_dir
 
 
 @pytest.fixture
@@ -139,7 +139,7 @@ def test_a_second_pool_writer_is_refused_naming_the_holder(tasks, tmp_path, caps
 
     out = tmp_path / "pool"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from t1.lock import hold_output; "
+        [sys.executable, "-c", "import sys, time; from t1.store.lock import hold_output; "
          f"hold_output({str(writer_lock_dir(out))!r}, 'other writer'); print('held', flush=True); "
          "time.sleep(60)"],
         stdout=subprocess.PIPE, text=True,

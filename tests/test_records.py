@@ -215,7 +215,7 @@ def test_guard_passes_the_writer_and_string_replace():
 
 # Directories written aside and renamed whole: the directory is the record, not a JSON file.
 DIRECTORY_RECORDS = {
-    "t1/trajectory.py: save_trajectory": "trajectory.jsonl + .npy arrays, renamed as one dir",
+    "t1/agent/trajectory.py: save_trajectory": "trajectory.jsonl + .npy arrays, renamed as one dir",
 }
 
 

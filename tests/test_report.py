@@ -4,7 +4,7 @@ every plot with the caption saying what a healthy run looks like.
     .venv/bin/pytest tests/test_report.py -q
 
 `make_run` builds a run directory the way a campaign leaves it (metrics.jsonl events written
-with t1.metrics_log, eval.json documents whose figures come from t1.eval_summary.block, the
+with t1.store.metrics_log, eval.json documents whose figures come from t1.eval.summary.block, the
 train pool's manifest, incidents, a TITO audit); tests/test_report_html.py reuses it.
 """
 
@@ -14,10 +14,10 @@ import json
 from pathlib import Path
 
 from t1.cli import main as t1_main
-from t1.eval_summary import block
-from t1.incidents import IncidentLog
-from t1.metrics_log import MetricsLog
-from t1.report import FIGURES, render
+from t1.eval.report import FIGURES, render
+from t1.eval.summary import block
+from t1.store.incidents import IncidentLog
+from t1.store.metrics_log import MetricsLog
 
 # A task id and a category no page may print raw (tests/test_report_html.py checks the escaping).
 EVIL_TASK = '<img src=x onerror="alert(1)">&amp;-task'

@@ -1,4 +1,4 @@
-"""report.html (t1/report_html.py): one self-contained page with every plot and its caption,
+"""report.html (t1/eval/report_html.py): one self-contained page with every plot and its caption,
 text escaped; and, where Chromium is installed, that the page renders (a headless screenshot
 through scripts/screenshot_report.sh shows the plots and grows with the content).
 
@@ -23,8 +23,8 @@ import pytest
 from test_report import EVIL_CATEGORY, EVIL_TASK, make_run
 
 from t1.cli import main as t1_main
-from t1.report import FIGURES
-from t1.report_html import Document, Figure, Section, png_data_uri, to_html
+from t1.eval.report import FIGURES
+from t1.eval.report_html import Document, Figure, Section, png_data_uri, to_html
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "screenshot_report.sh"

@@ -12,7 +12,7 @@ import json
 import pytest
 from shared_fixtures import requires_bwrap
 
-from t1.reward import (
+from t1.verify.reward import (
     RewardError,
     RewardSpec,
     binary,
@@ -191,7 +191,7 @@ def test_segment_pins_the_scale_and_a_resume_with_another_scale_stops(tmp_path):
         p = run / "ppo/steps/step_000000" / f
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text("{}")
-    (tmp_path / "sft/actor").mkdir(parents=True)  # an input the segment pins (t1.pinning)
+    (tmp_path / "sft/actor").mkdir(parents=True)  # an input the segment pins (t1.store.pinning)
     cfg = tmp_path / "config.yaml"
 
     def segment(scale):
@@ -225,12 +225,12 @@ def test_subtract_noop_changes_the_rewards_of_a_rollout_on_a_seed_task(tmp_path)
     import torch
     from agent_helpers import EXAMPLES, random_policy
 
+    from t1.agent.tokenizer_train import bpe_tokenizer
     from t1.config import Config
+    from t1.curate.pool import build_pool
     from t1.engine.local import LocalEngine
-    from t1.oracle import run_task
-    from t1.rollout import collect, load_tasks
-    from t1.tasks.pool_build import build_pool
-    from t1.tokenizer import bpe_tokenizer
+    from t1.rollout.collect import collect, load_tasks
+    from t1.verify.oracle import run_task
 
     torch.set_num_threads(2)
     row = run_task(EXAMPLES / "stats-debug", agent="noop")

@@ -121,7 +121,7 @@ def test_with_the_guard_broken_forged_rewards_come_back(rows):
     verifier gave the same attacks the no-op score (rows). The names check flags the first
     forgery by itself, not the second."""
     from t1.tasks.env import open_task_sandbox, run_solution
-    from t1.verifier import _score_in_shell, check_against
+    from t1.verify.verifier import _score_in_shell, check_against
 
     attacked, noop = rows
     want = ["test_outputs::test_app_dir_exists", *sorted(WORK)]
@@ -143,7 +143,7 @@ def test_the_agents_processes_are_dead_and_services_contained():
     """After the fork storm every agent process is killed; the disguised 'service' survives
     (it listens) but can neither see the tests nor the report: its rewrites change nothing."""
     from t1.tasks.env import open_task_sandbox, run_solution
-    from t1.verifier import score_in_sandbox
+    from t1.verify.verifier import score_in_sandbox
 
     task = load_task(ATTACKS / "a12-fork-storm")
     with open_task_sandbox(task) as sb:
@@ -168,7 +168,7 @@ def test_tests_see_what_the_agent_left_in_tmp_root_and_home(tmp_path):
     import shutil
 
     from t1.tasks.env import open_task_sandbox, run_solution
-    from t1.verifier import score_in_sandbox
+    from t1.verify.verifier import score_in_sandbox
 
     task_dir = tmp_path / "honest-plus"
     shutil.copytree(ATTACKS / "honest", task_dir)
@@ -198,7 +198,7 @@ def test_tests_may_rewrite_and_move_their_own_tests_dir(tmp_path, rootfs):
     import shutil
 
     from t1.tasks.env import open_task_sandbox, run_solution
-    from t1.verifier import score_in_sandbox
+    from t1.verify.verifier import score_in_sandbox
 
     task_dir = tmp_path / "honest-moves-tests"
     shutil.copytree(ATTACKS / "honest", task_dir)
@@ -292,7 +292,7 @@ def test_tests_see_no_host_secret_and_do_with_the_mask_switched_off(tmp_path, mo
     same test sees the secrets."""
     from t1.sandbox import compartment
     from t1.tasks.env import open_task_sandbox, run_solution
-    from t1.verifier import score_in_sandbox
+    from t1.verify.verifier import score_in_sandbox
 
     digests = _secret_digests()
     if not digests:
@@ -312,7 +312,7 @@ def test_oracle_row_of_a_report_with_other_names_is_tampered(tmp_path):
     error naming the mismatch, scores 0, and never resolves, even for the honest solution."""
     import shutil
 
-    from t1.oracle import run_task
+    from t1.verify.oracle import run_task
 
     pool = tmp_path / "pool"
     shutil.copytree(ATTACKS / "honest", pool / "tasks" / "00000-honest")

@@ -21,15 +21,21 @@ import torch
 from agent_helpers import EXAMPLES, REPO, example_tasks, random_policy, save_tool_tag_policy
 from shared_fixtures import requires_bwrap
 
+from t1.agent.tokenizer_train import bpe_tokenizer
+from t1.agent.trajectory import (
+    SCHEMA_VERSION,
+    Status,
+    find_trajectories,
+    load_trajectory,
+    read_header,
+)
 from t1.bench.gap import replay_check
 from t1.config import load_config
 from t1.engine.local import LocalEngine
-from t1.oversample import BatchPlanner
-from t1.policy import load_policy
-from t1.rollout import collect
+from t1.model.policy import load_policy
+from t1.rollout.collect import collect
+from t1.rollout.oversample import BatchPlanner
 from t1.tito import assemble
-from t1.tokenizer import bpe_tokenizer
-from t1.trajectory import SCHEMA_VERSION, Status, find_trajectories, load_trajectory, read_header
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, requires_bwrap]
 
@@ -183,7 +189,7 @@ def test_replay_reproduces_rollout_routing_and_logprobs(rollout, tok):
     assert r["gap_replay_max"] < 0.5
     assert r["gap_replay"] <= r["gap_live"]
     # The guard broken (replay off): the experts used are the live ones, which differ from the
-    # engine's, and the gap grows (t1.bench.gap.replay_check, t1.routing). How far depends on
+    # engine's, and the gap grows (t1.bench.gap.replay_check, t1.model.routing). How far depends on
     # the tokenizer and the sampled streams (max without replay: 0.24 and 0.51 in two runs of
     # the BPE v4 tokenizer, 2.3 with v3), so the check is against the replayed figures.
     off = replay_check(policy, segments, replay=False)

@@ -1,4 +1,4 @@
-"""Routing records, capture and replay on a real tiny Qwen3 MoE (t1/routing.py)."""
+"""Routing records, capture and replay on a real tiny Qwen3 MoE (t1/model/routing.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from t1 import routing
 from t1.config import ModelConfig
-from t1.policy import build_policy
+from t1.model import routing
+from t1.model.policy import build_policy
 
 VOCAB = 512
 
@@ -55,7 +55,7 @@ def test_sglang_round_trip_and_255_is_an_expert():
 
 
 def test_the_npz_record_format_is_gone():
-    """One routing record format (t1/routing.py docstring): the capture form in trajectory
+    """One routing record format (t1/model/routing.py docstring): the capture form in trajectory
     records, the int16 stream form with -1 in TITO; no second on-disk format beside them."""
     for name in ("save", "load", "to_replay", "from_replay"):
         assert not hasattr(routing, name), name

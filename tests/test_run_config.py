@@ -1,4 +1,4 @@
-"""The workflow's config logic, in Python (t1/campaign.py; workflow/rules/common.smk calls it):
+"""The workflow's config logic, in Python (t1/run/campaign.py; workflow/rules/common.smk calls it):
 defaults, runs, Snakemake's file order, `--config` overrides, the flags of `t1 run-config`,
 the warning when a pinned config moved on."""
 
@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from t1 import campaign
 from t1.config import Config, to_dict
+from t1.run import campaign
 
 
 def test_lookup_falls_back_to_the_dataclass_default():

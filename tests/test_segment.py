@@ -1,4 +1,4 @@
-"""The segment driver (t1/segment.py): its plan - batches from the pool with the epoch
+"""The segment driver (t1/run/segment.py): its plan - batches from the pool with the epoch
 permutation and carry-over, step chaining, critic only at step 0, idempotent skipping.
 
     .venv/bin/pytest tests/test_segment.py -q
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from t1.oversample import BatchPlanner
+from t1.rollout.oversample import BatchPlanner
 from t1.tasks.pool import epoch_order
 
 TASKS = [f"task-{c}" for c in "abcde"]

@@ -1,4 +1,4 @@
-"""The fleet segment's lines and guards without Slurm (t1/segment_fleet.py, t1/plan.py).
+"""The fleet segment's lines and guards without Slurm (t1/run/segment_fleet.py, t1/run/plan.py).
 
     .venv/bin/pytest tests/test_segment_fleet.py -q
 
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from t1 import plan, segment_fleet
 from t1.config import load_config
-from t1.segment_fleet import FleetStepError, ReplicaSteps, fleet_steps_wanted, localize
+from t1.engine import allocation
+from t1.run import plan, segment_fleet
+from t1.run.segment_fleet import FleetStepError, ReplicaSteps, fleet_steps_wanted, localize
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "workflow/config/tiny.yaml"
@@ -39,7 +40,7 @@ def fleet_cfg(tmp_path: Path, **sets):
 
 def test_colocated_split_and_its_job_step_lines_are_pinned(tmp_path):
     cfg, path = fleet_cfg(tmp_path, **{"fleet.replicas": 2})
-    split = plan.split_allocation(cfg, ["localhost"])
+    split = allocation.split_allocation(cfg, ["localhost"])
     assert split["trainer"] == ["localhost"]
     assert [(r["nodes"], r["url"]) for r in split["replicas"]] == [
         (["localhost"], "http://localhost:30400"),
@@ -66,18 +67,18 @@ def test_colocated_split_and_its_job_step_lines_are_pinned(tmp_path):
 
 def test_the_split_across_nodes_is_unchanged_and_refusals_are_named(tmp_path):
     cfg = load_config(PRESET)
-    split = plan.split_allocation(cfg, [f"n{i}" for i in range(8)])
+    split = allocation.split_allocation(cfg, [f"n{i}" for i in range(8)])
     assert split["trainer"] == ["n0", "n1", "n2", "n3"]
     assert [r["url"] for r in split["replicas"]][0] == "http://n4:30000"
     assert "--overlap" not in plan.replica_command(cfg, split["replicas"][0], "/a")
     with pytest.raises(ValueError, match="fleet.colocate needs one node per replica"):
-        plan.split_allocation(load_config(PRESET, {"fleet.colocate": True, "fleet.tp": 16}), ["a"])
+        allocation.split_allocation(load_config(PRESET, {"fleet.colocate": True, "fleet.tp": 16}), ["a"])
     bad, path = fleet_cfg(tmp_path, **{"fleet.server": "vllm"})
     with pytest.raises(ValueError, match="fleet.server is 'vllm'"):
-        plan.replica_command(bad, plan.split_allocation(bad, ["h"])["replicas"][0], "/a", path)
+        plan.replica_command(bad, allocation.split_allocation(bad, ["h"])["replicas"][0], "/a", path)
     cfg, _ = fleet_cfg(tmp_path)
     with pytest.raises(ValueError, match="needs the config path"):
-        plan.replica_command(cfg, plan.split_allocation(cfg, ["h"])["replicas"][0], "/a")
+        plan.replica_command(cfg, allocation.split_allocation(cfg, ["h"])["replicas"][0], "/a")
 
 
 def test_fleet_steps_only_inside_an_allocation_without_fixed_urls(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""t1.stats against hand-computed values: Wilson score intervals and unbiased pass@k.
+"""t1.eval.stats against hand-computed values: Wilson score intervals and unbiased pass@k.
 
 pytest tests/test_stats.py -q
 """
@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from t1.stats import Z95, mean_pass_at_k, pass_at_k, wilson_interval
+from t1.eval.stats import Z95, mean_pass_at_k, pass_at_k, wilson_interval
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from t1.ckpt import latest_complete
+from t1.store.ckpt import latest_complete
 from t1.supervise.submit import submit
 
 REPO = Path(__file__).resolve().parents[1]

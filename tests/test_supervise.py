@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from t1.ckpt import latest_complete
-from t1.incidents import read_incidents
+from t1.store.ckpt import latest_complete
+from t1.store.incidents import read_incidents
 from t1.supervise.child import EXIT_DONE, EXIT_FAILED, EXIT_REQUEUE, EXIT_USAGE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,14 +25,14 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 FAST = ["--backoff-s", "0.05", "--backoff-max-s", "1", "--kill-grace-s", "1", "--deadline", "none"]
 
 # A tiny "trainer": N steps of a deterministic random walk whose state (value, RNG, history)
-# is checkpointed every step with t1.ckpt; resumes from the newest checkpoint; on SIGUSR2 /
+# is checkpointed every step with t1.store.ckpt; resumes from the newest checkpoint; on SIGUSR2 /
 # SIGTERM it finishes the step, checkpoints and exits 75. Optional faults by environment:
 # HANG_AT=k (first start only): stop heartbeating at step k; DIE_AT=k: SIGKILL itself at step k
 # on starts listed in DIE_ON (e.g. "0,1").
 TRAINER = textwrap.dedent(
     """
     import os, random, sys, time
-    from t1.ckpt import CheckpointManager
+    from t1.store.ckpt import CheckpointManager
     from t1.supervise.child import StopRequest, heartbeat, EXIT_REQUEUE
     root, total = sys.argv[1], int(sys.argv[2])
     stop = StopRequest()

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from t1 import tokenizer as T
+from t1.agent import tokenizer as T
+from t1.agent import tokenizer_train as TT
 
 
 @pytest.fixture(scope="module")
 def bpe() -> PreTrainedTokenizerFast:
-    return T.bpe_tokenizer()
+    return TT.bpe_tokenizer()
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,7 @@ def test_train_cli_writes_a_loadable_tokenizer(tmp_path):
 
 def test_missing_corpus_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.txt"):
-        T.train_tokenizer(tmp_path / "tok", corpus=[tmp_path / "nope.txt"])
+        TT.train_tokenizer(tmp_path / "tok", corpus=[tmp_path / "nope.txt"])
 
 
 def test_load_rejects_a_directory_without_tokenizer(tmp_path):
@@ -130,6 +131,6 @@ def test_same_tokenizer_on_two_hosts_with_different_installed_tools(tmp_path):
         assert r.returncode == 0, r.stdout + r.stderr
         digests[name] = [
             hashlib.sha256((out / f).read_bytes()).hexdigest()
-            for f in ("tokenizer.json", T.CORPUS_RECORD)
+            for f in ("tokenizer.json", TT.CORPUS_RECORD)
         ]
     assert digests["a"] == digests["b"]

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from t1.trajectory import (
+from t1.agent.trajectory import (
     Status,
     Trajectory,
     TrajectoryError,

@@ -184,7 +184,7 @@ def run_arm(arm: str, cfg, args: argparse.Namespace, batches: list[Any]) -> list
     """The PPO steps of one arm on the given collated batches; returns its ev_curve."""
     import torch
 
-    from t1.metrics_log import MetricsLog, read_events
+    from t1.store.metrics_log import MetricsLog, read_events
     from t1.train.ppo import _fresh, campaign_step
 
     torch.manual_seed(cfg.run.seed)  # as `t1 train` does before a stage
@@ -290,7 +290,7 @@ def plot_curves(result: dict[str, Any], path: Path) -> None:
 
 def from_metrics(specs: list[str]) -> dict[str, Any]:
     """ARM=DIR pairs: every metrics.jsonl under DIR (a campaign's ppo/steps) -> that arm's curve."""
-    from t1.metrics_log import read_events
+    from t1.store.metrics_log import read_events
 
     arms = {}
     for spec in specs:

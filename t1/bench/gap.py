@@ -12,7 +12,7 @@ side is an fp32 copy of the same weights, one full-sequence forward per stream. 
 (a) text, no TITO, no R3. Each trajectory is turned into OpenAI-style messages (system and
     user from its first prompt, each assistant turn's sampled text verbatim as `content`,
     each observation as a `tool` message), re-rendered with the chat template and re-encoded
-    (`t1.chat.render_ids`), and the trainer scores that token sequence with live routing (a
+    (`t1.agent.chat.render_ids`), and the trainer scores that token sequence with live routing (a
     routing record cannot be aligned to ids the engine never saw). Alignment: a sampled token
     is compared with a re-encoded token when both START AT THE SAME BYTE of the rendered
     conversation and have the same id (byte offsets: cumulative byte lengths of the tokens;
@@ -25,7 +25,7 @@ side is an fp32 copy of the same weights, one full-sequence forward per stream. 
     glue our loop appended as ids (an observation ending in `]` + the glue's newline become
     one token `]\n`), counted as `streams_differing_from_tito`.
 (b) TITO without R3: the assembled streams (t1.tito), live routing in the trainer.
-(c) TITO with R3: the same streams, the rollout's routing replayed (t1.routing.replay).
+(c) TITO with R3: the same streams, the rollout's routing replayed (t1.model.routing.replay).
 
 Also reported for (b)/(c), from the forward under replay: the share of positions whose live
 fp32 routing - the gate's own top-k, recorded before the replay overrides it - differs from
@@ -54,13 +54,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from t1 import chat
-from t1 import routing as rt
+from t1.agent import chat
+from t1.agent.trajectory import Status, Trajectory
+from t1.model import routing as rt
 from t1.ppo.metrics import train_inference_gap
 from t1.records import write_json_atomic
-from t1.reward import RewardSpec
 from t1.tito import Segment, TitoError, assemble
-from t1.trajectory import Status, Trajectory
+from t1.verify.reward import RewardSpec
 
 TRAINED = (Status.COMPLETED, Status.TRUNCATED)
 BENCH_REWARD = RewardSpec("dense", 10.0)  # the rewards play no part in the gap
@@ -172,7 +172,7 @@ def messages_of(traj: Trajectory, tokenizer) -> list[dict[str, Any]]:
     System and user contents are read back from the first prompt, which the chat template
     rendered from exactly those two messages; raises ValueError when re-rendering them does
     not give the first prompt's ids back."""
-    from t1.tokenizer import IM_END, IM_START
+    from t1.agent.tokenizer import IM_END, IM_START
 
     first = tokenizer.decode(
         traj.turns[0].prompt_ids.tolist(),
@@ -326,8 +326,8 @@ def guard_checks(
     sampled ids as recorded (on) and re-tokenized - decoded, then encoded again, as a
     text-level pipeline does (off) - and, for the re-tokenized stream, the old check that
     compared the loss ids with the ids the stream was built from (it sees nothing)."""
+    from t1.agent.trajectory import Turn
     from t1.tito import Audit, audit_outputs
-    from t1.trajectory import Turn
 
     on = on or replay_check(policy, segments)
     off = replay_check(policy, segments, replay=False)
@@ -424,8 +424,8 @@ def _sample(
 ) -> tuple[torch.nn.Module, list[Trajectory], dict[str, Any]]:
     """Build (and warm-start) the policy, then sample rollouts with the bf16 local engine."""
     from t1.engine.local import LocalEngine
-    from t1.policy import build_policy
-    from t1.rollout import collect, expert_batch, load_tasks
+    from t1.model.policy import build_policy
+    from t1.rollout.collect import collect, expert_batch, load_tasks
 
     tasks = load_tasks(args.tasks)
     policy = build_policy(cfg.model, len(tokenizer), seed=cfg.run.seed)
@@ -461,26 +461,27 @@ def _sample(
     info["rollout_s"] = time.monotonic() - t0
     info["by_status"] = batch.summary()["by_status"]
     if args.save_policy:
-        from t1.policy import save_policy
+        from t1.model.policy import save_policy
 
         save_policy(policy, args.save_policy)
     if args.save_rollout:
-        from t1.rollout import write_batch
+        from t1.rollout.collect import write_batch
 
         write_batch(batch, Path(args.save_rollout), args.tokenizer)
     return policy, batch.admitted, info
 
 
 def main(args: argparse.Namespace) -> int:
+    from t1.agent.tokenizer import load_tokenizer
+    from t1.agent.tokenizer_train import bpe_tokenizer
     from t1.config import Config, load_config
-    from t1.tokenizer import bpe_tokenizer, load_tokenizer
 
     cfg = load_config(args.config) if args.config else Config()
     torch.set_num_threads(cfg.run.threads)
     t0 = time.monotonic()
     if args.rollout:
-        from t1.policy import load_policy
-        from t1.trajectory import find_trajectories, load_trajectory
+        from t1.agent.trajectory import find_trajectories, load_trajectory
+        from t1.model.policy import load_policy
 
         if not args.policy:
             print(

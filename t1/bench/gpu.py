@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _rows(recorder, actor_vocab: int, rows: int, length: int, device):
-    from t1.routing import RoutingCapture
+    from t1.model.routing import RoutingCapture
     from t1.train.batch import Row
     from t1.train.hf import token_logp
 
@@ -60,7 +60,7 @@ def _rows(recorder, actor_vocab: int, rows: int, length: int, device):
 
 def run(steps: int, rows: int, length: int) -> dict:
     from t1.config import ModelConfig, PPOConfig
-    from t1.policy import Critic, build_policy
+    from t1.model.policy import Critic, build_policy
     from t1.train.batch import collate
     from t1.train.megatron import replay as R
     from t1.train.megatron.model import forward

@@ -9,7 +9,7 @@ Entries (issue 3, Benchmarks):
               whole prompt every turn (identical prompts; target prefill time >= 5x lower);
               prefilled tokens and total wall time reported too.
 * bytes     — routing bytes per token at (layers, k) = (48, 8) from the real record format
-              (t1/routing.py: the compact array, and the `routing.npy` sidecar a trajectory
+              (t1/model/routing.py: the compact array, and the `routing.npy` sidecar a trajectory
               record writes with it; target 384, SGLang's int32 1536).
 * replay    — the replay check on a bf16 multi-turn rollout: expert choices reproduced under
               replay, |logp_train - logp_rollout| with and without replay, and the fraction of
@@ -34,11 +34,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from t1 import routing as rt
 from t1.config import ModelConfig
 from t1.engine.base import GenerateRequest, SamplingParams
 from t1.engine.local import LocalEngine
-from t1.policy import build_policy
+from t1.model import routing as rt
+from t1.model.policy import build_policy
 from t1.records import write_json_atomic
 
 VOCAB = 4096  # the tiny campaign's trained BPE size
@@ -209,7 +209,7 @@ def bench_bytes(
 ) -> dict[str, Any]:
     """Bytes per token of a real compact record (33k tokens, the paper's trajectory length),
     written and read back as a trajectory record's routing sidecar."""
-    from t1.trajectory import Status, Trajectory, Turn, load_trajectory, save_trajectory
+    from t1.agent.trajectory import Status, Trajectory, Turn, load_trajectory, save_trajectory
 
     ids = np.random.default_rng(0).integers(0, experts, size=(tokens, layers, k))
     record = rt.compact(ids, experts)

@@ -13,7 +13,7 @@ Prints one JSON object:
   process, glibc asked to return large blocks at once: MALLOC_MMAP_THRESHOLD_=65536;
   peak RSS (VmHWM, reset just before the model is built) over two steps minus the RSS at
   that point) against the planner's
-  prediction (`t1.memory`, framework hf) at the same rows x seq, and their ratio.
+  prediction (`t1.model.memory`, framework hf) at the same rows x seq, and their ratio.
 Threads: `run.threads` of the config (2 by default). Timings belong in LOG.md, not in tests.
 """
 
@@ -41,7 +41,7 @@ def _cfg(path: str | None) -> Config:
 
 def synthetic_batch(actor, vocab: int, rows: int, seq: int, seed: int = 0):
     """Rows of random ids, loss on the second half, routing recorded from `actor` itself."""
-    from t1.routing import RoutingCapture
+    from t1.model.routing import RoutingCapture
     from t1.train.batch import Row, collate
 
     g = torch.Generator().manual_seed(seed)
@@ -65,7 +65,7 @@ def synthetic_batch(actor, vocab: int, rows: int, seq: int, seed: int = 0):
 
 
 def _trainer(cfg: Config, vocab: int, actor: bool = True, critic: bool = True):
-    from t1.policy import Critic, build_policy
+    from t1.model.policy import Critic, build_policy
     from t1.train.hf import HFTrainer
 
     policy = build_policy(cfg.model, vocab, seed=cfg.run.seed)
@@ -226,7 +226,7 @@ def _memory_child(config: str | None, role: str, rows: int, seq: int) -> None:
 
 def bench_memory(config: str | None, rows: int, seq: int) -> dict[str, Any]:
     """Measured peak vs the planner's prediction for both roles (child processes)."""
-    from t1.memory import GIB, Layout, breakdown, tiny_spec
+    from t1.model.memory import GIB, Layout, breakdown, tiny_spec
 
     cfg = _cfg(config)
     spec = dataclasses.replace(tiny_spec(cfg), seq_len=seq, micro_batch=rows)

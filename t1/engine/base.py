@@ -18,7 +18,7 @@ Conventions every engine honours
 * `routing` holds one row per position the model processed, from `routing_start` to
   `len(input_ids) + len(output_ids) - 1` exclusive: the prompt and every generated token but
   the last, which is never fed back (SGLang's `seq_len - 1 - routed_experts_start_len`).
-  Rows are a compact record `[rows, layers, k]` (t1.routing). In a multi-turn session, pass
+  Rows are a compact record `[rows, layers, k]` (t1.model.routing). In a multi-turn session, pass
   `routing_start` = the length of the previous turn's prompt + output - 1 to receive only the
   new rows; `routing_start` must lie in `[0, len(input_ids)]`.
 * `finish_reason` is "stop" (a stop id was sampled), "length" (max_new_tokens or the context

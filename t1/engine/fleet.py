@@ -417,7 +417,7 @@ class Fleet:
 
 
 def fleet_urls(cfg) -> list[str]:
-    """The replicas' base URLs: `fleet.urls`, else the Slurm allocation's server nodes (t1.plan)."""
+    """The replicas' base URLs: `fleet.urls`, else the Slurm allocation's server nodes (t1.engine.allocation)."""
     f = cfg.fleet
     if f.urls:
         if len(f.urls) != f.replicas:
@@ -425,7 +425,7 @@ def fleet_urls(cfg) -> list[str]:
                 f"fleet.urls has {len(f.urls)} URLs but fleet.replicas is {f.replicas}"
             )
         return list(f.urls)
-    from t1.plan import allocation_hosts, split_allocation
+    from t1.engine.allocation import allocation_hosts, split_allocation
 
     hosts, where = allocation_hosts(cfg)
     if hosts is None:

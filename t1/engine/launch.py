@@ -1,7 +1,7 @@
 """Launch lines of the rollout fleet: SGLang servers, SGLang's router, and the health watcher.
 
     python -m t1.engine.launch watch --url http://127.0.0.1:30000 [--interval 10] -- CMD ...
-    t1 segment ... --dry-run        # prints these lines for every replica (t1/plan.py)
+    t1 segment ... --dry-run        # prints these lines for every replica (t1/run/plan.py)
 
 `server_command` is one replica's `python -m sglang.launch_server` line for the config:
 `--tp-size fleet.tp`, `--ep-size fleet.ep`, `--enable-return-routed-experts` (R³ needs every

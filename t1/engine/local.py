@@ -15,7 +15,7 @@ one worker thread that owns the model):
    attention mask; rows leave the batch when they finish (stop id, max_new_tokens, context
    limit, abort);
 4. routing: forward hooks on every gate keep the top-k ids on device during the whole batch
-   (`t1.routing.RoutingCapture`); one concatenation at the end, then one copy per request.
+   (`t1.model.routing.RoutingCapture`); one concatenation at the end, then one copy per request.
 
 Inference runs in `dtype` (bf16 by default, so numerics differ from the fp32 trainer as they
 do at scale). Sampling: temperature, top-p, per-request `torch.Generator` seeded from
@@ -36,9 +36,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from t1 import routing as rt
 from t1.engine.base import GenerateRequest, GenerateResult
-from t1.policy import load_policy, torch_dtype
+from t1.model import routing as rt
+from t1.model.policy import load_policy, torch_dtype
 
 
 @dataclass

@@ -30,10 +30,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from t1 import routing as rt
 from t1.config import load_config
 from t1.engine.base import GenerateRequest, GenerateResult, SamplingParams
 from t1.engine.local import LocalEngine
+from t1.model import routing as rt
 
 
 def generate_request(body: dict[str, Any], index: int | None = None) -> GenerateRequest:

@@ -28,9 +28,9 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from t1 import routing as rt
 from t1.engine.base import GenerateRequest, GenerateResult
 from t1.httpjson import get_ok, post_json
+from t1.model import routing as rt
 
 
 class EngineError(RuntimeError):

@@ -288,7 +288,7 @@ class BwrapSandbox:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        from t1.sandbox import provision  # local: provision.py builds its cache in sandboxes
+        from t1.sandbox import provision
 
         spec = self.spec
         as_root = os.geteuid() == 0

@@ -7,7 +7,7 @@
                                timeout=120, netns_fd=stopped.netns_fd, site_dir=site)
     run.records, run.output, run.timed_out
 
-t1.verifier uses this; there is no command of its own (`t1 oracle` exercises it).
+t1.verify.verifier uses this; there is no command of its own (`t1 oracle` exercises it).
 
 stop_agent: the agent's cgroup is frozen, every process in it is SIGKILLed except bwrap's own
 two (the launcher and the pid-1 init of the agent's pid namespace), the shell protocol's loop

@@ -4,7 +4,7 @@
     tn = task_needs(load_task("task-dir"))
     tn.pip_specs(), tn.apt_packages(), tn.python_versions(), tn.unparsed, tn.unsupported
 
-    t1 provision --tasks DIR...       (t1/sandbox/provision.py) provisions what this finds
+    t1 provision --tasks DIR...       (t1/tasks/provision.py) provisions what this finds
     t1 tasks check --offline DIR...   (t1/tasks/ready.py) says what is still missing
 
 Read: the Dockerfile's FROM and RUN lines (phase "build"), the verifier script and the other

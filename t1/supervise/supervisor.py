@@ -37,13 +37,13 @@ killed snakemake left its job running and the rerun starts the segment again).
 
 No orphans: each child gets PR_SET_PDEATHSIG=SIGKILL, so it dies with the supervisor even when
 the supervisor is SIGKILLed (its own process group, which a kill of snakemake's group misses,
-is no shelter); `t1 segment` does the same for its `t1 train` / `t1 rollout` (t1.lock). The
+is no shelter); `t1 segment` does the same for its `t1 train` / `t1 rollout` (t1.store.lock). The
 supervisor records its children in DIR/supervise.children.json (pid, start time, command
 line) and on start SIGKILLs the process group of every recorded child that is still that
 program, or whose members outlived it (`orphan_killed` incident), before it starts its own.
 
 Every incident (child died / hung / restarted, budget spent, stop requested, stop timed out,
-waiting for the lock) is a JSON line in DIR/incidents.jsonl (t1.incidents). The children and
+waiting for the lock) is a JSON line in DIR/incidents.jsonl (t1.store.incidents). The children and
 their restart policy come from `--spec` and `-- MAIN COMMAND` (t1/supervise/spec.py).
 
 Children see T1_HEARTBEAT_FILE, T1_CHILD_NAME, T1_RESTART (0 on the first start) and
@@ -68,8 +68,8 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from t1.incidents import IncidentLog
-from t1.lock import PidFile
+from t1.store.incidents import IncidentLog
+from t1.store.lock import PidFile
 from t1.supervise import slurm_job
 from t1.supervise.child import EXIT_DONE, EXIT_FAILED, EXIT_REQUEUE, EXIT_USAGE, HEARTBEAT_ENV
 from t1.supervise.spec import ChildSpec, Policy, SpecError, load_spec

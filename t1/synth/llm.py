@@ -83,7 +83,7 @@ class LLMClient:
         self.timeout, self.max_tokens, self.temperature = timeout, max_tokens, temperature
         self.tokenizer = None
         if tokenizer is not None:
-            from t1.tokenizer import load_tokenizer
+            from t1.agent.tokenizer import load_tokenizer
 
             self.tokenizer = load_tokenizer(tokenizer)
 

@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from t1.metrics_log import MetricsLog
 from t1.progress import Progress
 from t1.records import write_json_atomic
+from t1.store.metrics_log import MetricsLog
 from t1.synth.draft import Draft, extend, load_draft, metrics, render, seed_draft, with_step
 from t1.synth.validate import validate_many
 
@@ -73,7 +73,7 @@ class SynthOptions:
     seeds_dir: Path | None = None
     executor: str = "local"  # local | slurm
     backend: str = "bwrap"
-    cache_dir: Path | None = None  # environment layers (None: t1.oracle's default)
+    cache_dir: Path | None = None  # environment layers (None: t1.verify.oracle's default)
     steps_min: int = 1
     steps_max: int = 2
     llm: Any = None  # t1.synth.llm.LLMSynthesizer, or None

@@ -3,7 +3,7 @@
     rows = validate_many([task_dir, ...], jobs=2)                 # local worker processes
     rows = validate_many(dirs, jobs=8, executor="slurm", folder=out / "submitit")
 
-One task, three fresh sandboxes, one verifier run each (t1.tasks.env / t1.verifier, the same
+One task, three fresh sandboxes, one verifier run each (t1.tasks.env / t1.verify.verifier, the same
 path `t1 oracle` takes):
 1. reference: the full solution, then the verifier: every assertion must pass;
 2. before: the solution of the state before the last extension (the parent's steps only, in
@@ -55,7 +55,7 @@ def run_state(
     typed into the persistent shell (so `export`s persist, as an agent's would), optionally
     the workdir digest, then the task's verifier."""
     from t1.tasks.env import open_task_sandbox, run_solution
-    from t1.verifier import score_in_sandbox
+    from t1.verify.verifier import score_in_sandbox
 
     t0 = time.monotonic()
     error = None
@@ -95,7 +95,7 @@ def run_state(
 
 
 def _passing(outcomes: dict[str, str]) -> set[str]:
-    from t1.verifier import PASSING
+    from t1.verify.verifier import PASSING
 
     return {n for n, o in outcomes.items() if o in PASSING}
 

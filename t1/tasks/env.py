@@ -4,12 +4,12 @@ the task, and run the task's reference solution in it.
     spec = task_spec(task, backend="bwrap")                 # workdir, env layer, limits
     with open_task_sandbox(task, backend="bwrap") as sb:     # agent or solution acts in sb ...
         error = run_solution(task, sb)                       # ... the reference solution
-        result = score_in_sandbox(task, sb)                  # (t1.verifier) then verify
+        result = score_in_sandbox(task, sb)                  # (t1.verify.verifier) then verify
 
 The environment is built (t1.sandbox.envbuild, cached by content hash) only when the task's
 Dockerfile changes the machine (RUN, COPY, ENV, ...); with the apptainer backend the task's
-image is pulled or built into a .sif instead. The rollout (t1.rollout), the synthesizer
-(t1.synth.validate) and `t1 oracle` (t1/oracle.py, the command) all open sandboxes through here.
+image is pulled or built into a .sif instead. The rollout (t1.rollout.collect), the synthesizer
+(t1.synth.validate) and `t1 oracle` (t1/verify/oracle.py, the command) all open sandboxes through here.
 """
 
 from __future__ import annotations

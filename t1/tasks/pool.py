@@ -8,14 +8,14 @@ A pool is a directory `tasks/NNNNN-<id>/` in quality-rank order plus `manifest.j
 (schema_version 1, status "complete", and `tasks`: one object per task in rank order with its
 `path`, relative to the pool or absolute, and the builder's rank, id, score, category,
 assertions, binary_only; `binary_outcomes` when every verifier gives only a reward file).
-`t1 pool` (t1/tasks/pool_build.py) writes it from audited tasks.
+`t1 pool` (t1/curate/pool.py) writes it from audited tasks.
 
 Because the order on disk is the quality ranking, training must shuffle: a pool hands its tasks
 out only per epoch, in the permutation `epoch_order` draws from (seed, epoch) - reproducible,
 so a run resumes at any epoch; different every epoch; and never the ranking itself for pools of
 more than two tasks. Both consumers use it: `t1 rollout --tasks POOL` (epoch 0,
-t1.rollout.load_tasks) and the campaign's batch planner (t1/segment.py, through
-t1.oversample.BatchPlanner). This module imports neither the audit nor the synthesizer.
+t1.rollout.collect.load_tasks) and the campaign's batch planner (t1/run/segment.py, through
+t1.rollout.oversample.BatchPlanner). This module imports neither the audit nor the synthesizer.
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def readiness(
 ) -> Readiness:
     """Readiness of `task` against the provision cache `prov` (None: there is none)."""
     from t1.sandbox.provision import HOST_PYTHON
-    from t1.sandbox.provision_tasks import apt_name, host_apt_versions, python_version_of, repo_debs
+    from t1.tasks.provision import apt_name, host_apt_versions, python_version_of, repo_debs
 
     tn = needs or task_needs(task)
     r = Readiness(task.id, Path(task.path))

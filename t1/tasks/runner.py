@@ -1,6 +1,6 @@
 """The verifier runner that generated tasks ship as tests/test.sh (t1 synth, t1 families).
 
-One pytest case per assertion in tests/test_outputs.py; the harness (t1.verifier_harness) sets
+One pytest case per assertion in tests/test_outputs.py; the harness (t1.verify.harness) sets
 PYTEST_ADDOPTS for a JUnit XML per assertion. Nothing the agent left in its shell reaches the
 tests: a fixed PATH and interpreter, no Python variables, no conftest or ini file from outside
 /tests; pytest comes from the image, else the offline wheelhouse of `t1 provision`.

@@ -5,7 +5,7 @@
     t1 tito-audit results/tiny results/tiny-binary results/tiny-cold --exclude ablations \
         --full-json results/tiny/ablations/drift.json --exit-zero   # a whole campaign
 
-Reads every trajectory directory under each DIR (any depth; t1/trajectory.py), assembles the
+Reads every trajectory directory under each DIR (any depth; t1/agent/trajectory.py), assembles the
 COMPLETED and TRUNCATED ones with t1.tito (the others are not trained on and are only counted),
 and prints a table: relation counts per turn boundary, context drift per relation, loss tokens,
 drift in the loss region, routing placeholders. `--json` writes (atomically) exactly the keys
@@ -39,16 +39,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from t1.agent.trajectory import (
+    Status,
+    TrajectoryError,
+    find_trajectories,
+    load_trajectory,
+    read_header,
+)
 from t1.records import write_json_atomic
 from t1.tito import DEFAULT_AHEAD, DEFAULT_BACK, RELATIONS, Audit, TitoError, assemble
-from t1.trajectory import Status, TrajectoryError, find_trajectories, load_trajectory, read_header
 
 TRAINED = (Status.COMPLETED, Status.TRUNCATED)
 
 
 def rollout_dir_of(path: Path) -> Path:
     """The rollout directory a trajectory belongs to: its parent, without the
-    `trajectories/` or `dropped/` level `t1.rollout.write_batch` puts in between."""
+    `trajectories/` or `dropped/` level `t1.rollout.collect.write_batch` puts in between."""
     parent = path.parent
     return parent.parent if parent.name in ("trajectories", "dropped") else parent
 
@@ -115,7 +121,7 @@ def audit_dirs(
         meta_tok = traj.metadata.get("tokenizer")
         if tok is None and meta_tok:
             if meta_tok not in tokenizers:
-                from t1.tokenizer import load_tokenizer
+                from t1.agent.tokenizer import load_tokenizer
 
                 tokenizers[meta_tok] = load_tokenizer(meta_tok)
             tok = tokenizers[meta_tok]
@@ -222,15 +228,15 @@ def main(args: argparse.Namespace) -> int:
             return 2
     back, ahead, tok = DEFAULT_BACK, DEFAULT_AHEAD, None
     if args.config:
+        from t1.agent.tokenizer_train import tokenizer_from_config
         from t1.config import load_config
-        from t1.tokenizer import tokenizer_from_config
 
         cfg = load_config(args.config)
         back, ahead = cfg.tito.normalized_back, cfg.tito.normalized_ahead
         if not args.tokenizer:
             tok = tokenizer_from_config(cfg.tokenizer)
     if args.tokenizer:
-        from t1.tokenizer import load_tokenizer
+        from t1.agent.tokenizer import load_tokenizer
 
         tok = load_tokenizer(args.tokenizer)
     result = audit_dirs(args.dirs, tok, back, ahead, tuple(args.exclude))

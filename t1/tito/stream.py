@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from t1.agent.trajectory import Status, Trajectory, TrajectoryError, Turn
 from t1.tito import relations as R
-from t1.trajectory import Status, Trajectory, TrajectoryError, Turn
 
 RELATIONS = ("strict", "normalized", "retokenized", "split")
 PROMPT, SAMPLED, APPENDED = 0, 1, 2
@@ -478,9 +478,9 @@ def turns_from_text_log(
     `routing` [rows, layers, k] with `routing_start`); their `content` (and `tool_calls`,
     `reasoning_content`) is what the server stored. The prompt of each is the chat template
     over the messages before it with the generation prompt (`template_options` select the
-    server's template variant: t1.chat.render_text).
+    server's template variant: t1.agent.chat.render_text).
     """
-    from t1.chat import render_ids
+    from t1.agent.chat import render_ids
 
     turns = []
     for k, msg in enumerate(messages):
@@ -519,7 +519,7 @@ def synthetic_turns(
     tokenizer, n_turns: int = 300, layers: int = 48, k: int = 8, seed: int = 0
 ) -> list[Turn]:
     """A long trajectory built by our loop (ids appended), with SGLang-style routing captures."""
-    from t1 import chat
+    from t1.agent import chat
 
     rng = np.random.default_rng(seed)
     prompt = chat.prompt_ids(
@@ -549,7 +549,7 @@ def synthetic_turns(
 def bench_assembly(tokenizer=None, n_turns: int = 300, repeats: int = 3) -> dict[str, Any]:
     """Time `assemble` on a synthetic ~33k-token, 300-turn trajectory vs one `encode` of its text."""
     if tokenizer is None:
-        from t1.tokenizer import bpe_tokenizer
+        from t1.agent.tokenizer_train import bpe_tokenizer
 
         tokenizer = bpe_tokenizer()
     turns = synthetic_turns(tokenizer, n_turns)

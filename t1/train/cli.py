@@ -6,7 +6,7 @@
     t1 train --config FILE --stage ppo           --in ROLLOUT_DIR --from CKPT_DIR  --out DIR
                                                  [--critic WARMUP_DIR]
 
---in     a directory of trajectory records (t1/trajectory.py), searched recursively; may be
+--in     a directory of trajectory records (t1/agent/trajectory.py), searched recursively; may be
          given more than once. sft: expert trajectories (executed reference solutions);
          critic_warmup: a binary-reward pool; ppo: the admitted rollouts of this step.
 --from   where the weights come from:
@@ -22,10 +22,10 @@
          value head).
 --out    the output directory:
            DIR/ckpt/step_N/   full trainer state (actor, critic, both optimizers, RNG states,
-                              counters, data cursor): atomic t1.ckpt checkpoints, newest
+                              counters, data cursor): atomic t1.store.ckpt checkpoints, newest
                               `campaign.keep_checkpoints` kept; a corrupt newest one is
                               reported and skipped
-           DIR/actor/         policy weights for the engine (t1.policy format)
+           DIR/actor/         policy weights for the engine (t1.model.policy format)
            DIR/critic/        critic weights
            DIR/metrics.jsonl  one JSON event per optimizer step / stage end (+ tensorboard/)
            DIR/DONE.json      {"schema_version", "status": "complete", "stage", ...}, last
@@ -36,7 +36,7 @@
                   usable (they are moved to DIR/ckpt.discarded-TIME); without it that is an error
                   naming them (a stage never silently starts fresh over its own checkpoints)
 
-One writer per DIR: `t1 train` holds DIR/.t1-writer.lock (t1.lock) for its whole life; a second
+One writer per DIR: `t1 train` holds DIR/.t1-writer.lock (t1.store.lock) for its whole life; a second
 `t1 train` on the same DIR exits 4 naming the holder's pid.
 
 Resumable: a DIR with DONE.json is left alone (exit 0); a DIR with a complete checkpoint under
@@ -108,7 +108,7 @@ def main(args: argparse.Namespace) -> int:
     if args.stage == "ppo" and args.critic and not Path(args.critic, "critic").is_dir():
         print(f"t1 train: --critic {args.critic}: no critic/ directory (a critic_warmup output?)")
         return 2
-    from t1.lock import LockHeld, hold_output
+    from t1.store.lock import LockHeld, hold_output
     from t1.train.state import UnusableCheckpoints, check_fresh_start
 
     try:  # one writer per output directory, inherited by anything this process starts

@@ -4,10 +4,10 @@
     rows = corpus_rows(cfg, tokenizer)     # cfg.pretrain.examples rows (t1.train.batch.Row)
 
 Used by `t1 train --stage pretrain` (t1/train/pretrain.py). Each row is the token stream the
-agent loop (t1.agent) would record for an expert that solves a random instance of a task
+agent loop (t1.agent.loop) would record for an expert that solves a random instance of a task
 family (t1.tasks.families): the system prompt with the bash tool, the instruction, the tool
 call `cd /app`, its observation, the family's one command, its observation, the final answer
-(the expert's turns, t1.expert). Built with the same chat glue (t1.chat.next_prompt) as a
+(the expert's turns, t1.agent.expert). Built with the same chat glue (t1.agent.chat.next_prompt) as a
 rollout, so the stream is exactly what TITO assembles from an executed expert trajectory; the
 loss covers the assistant's tokens only. Nothing runs: every observation is the empty output
 with exit code 0, which is what each family's command prints when it succeeds. This is the
@@ -29,12 +29,12 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from t1 import chat
-from t1.agent import SYSTEM_SUFFIX, format_observation
+from t1.agent import chat
+from t1.agent.expert import FINAL_ANSWER
+from t1.agent.loop import SYSTEM_SUFFIX, format_observation
+from t1.agent.tokenizer import IM_START
 from t1.config import Config
-from t1.expert import FINAL_ANSWER
 from t1.tasks.families import WORKDIR, Instance, draw_corpus, key_of, make_split
-from t1.tokenizer import IM_START
 from t1.train.batch import Row
 
 

@@ -8,7 +8,7 @@ assertion passed), the policy frozen (not even loaded into the optimizer). Loss:
 between the values and the returns (gamma = lambda = 1: each row's reward) over the loss
 region, token-level mean. Each step logs the value loss and the explained variance of the
 minibatch's values before that step (`critic_warmup_step` events). Writes DIR/critic (the
-critic weights only), DIR/ckpt/ (t1.ckpt checkpoints), DIR/DONE.json; resumable (the skeleton:
+critic weights only), DIR/ckpt/ (t1.store.ckpt checkpoints), DIR/DONE.json; resumable (the skeleton:
 t1/train/stage.py).
 
 The dense campaign then loads only these weights (`t1 train --stage ppo --critic DIR`) and
@@ -25,7 +25,7 @@ import math
 import torch
 
 from t1.config import Config, PPOConfig
-from t1.policy import Critic, load_policy, torch_dtype
+from t1.model.policy import Critic, load_policy, torch_dtype
 from t1.ppo.advantages import gae, token_rewards
 from t1.ppo.losses import value_loss
 from t1.ppo.metrics import explained_variance

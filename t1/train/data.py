@@ -3,7 +3,7 @@
     from t1.train.data import load_rows
     rows, stats = load_rows(["results/tiny/ppo/steps/step_000003/rollout"], tokenizer)
 
-Every trajectory under the given directories (any depth, t1.trajectory records) is loaded;
+Every trajectory under the given directories (any depth, t1.agent.trajectory records) is loaded;
 COMPLETED and TRUNCATED ones with a reward are trained on (ABORTED and FAILED never are), and
 `require_reward=False` (SFT) admits those without one. Each is assembled into TITO segments
 (t1.tito; a trajectory whose turns cannot be assembled is skipped and counted, never padded
@@ -27,9 +27,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from t1.agent.trajectory import Status, TrajectoryError, find_trajectories, load_trajectory
 from t1.tito import TitoError, assemble_trajectory
 from t1.train.batch import Row
-from t1.trajectory import Status, TrajectoryError, find_trajectories, load_trajectory
 
 TRAINED = (Status.COMPLETED, Status.TRUNCATED)
 

@@ -1,5 +1,5 @@
 """The `hf` training backend: a transformers MoE actor and a value-head critic, trained with
-torch AdamW on the CPU (or one GPU), with R³ routing replay from `t1.routing`.
+torch AdamW on the CPU (or one GPU), with R³ routing replay from `t1.model.routing`.
 
     from t1.train.hf import HFTrainer
     trainer = HFTrainer(actor, critic, actor_lr=1e-4, critic_lr=1.5e-3)
@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from t1.model.routing import RoutingCapture, mismatch
+from t1.model.routing import replay as routing_replay
 from t1.rng import capture_rng, restore_rng
-from t1.routing import RoutingCapture, mismatch
-from t1.routing import replay as routing_replay
 from t1.train.batch import Batch
 from t1.train.protocol import ActorOutput, LossFn
 
@@ -267,7 +267,7 @@ class HFTrainer:
 
     def save_weights(self, out_dir: str | Path, actor: bool = True, critic: bool = True) -> None:
         """DIR/actor (policy directory) and/or DIR/critic (critic directory), each atomic."""
-        from t1.policy import save_policy
+        from t1.model.policy import save_policy
 
         out_dir = Path(out_dir)
         if actor and self.actor is not None:

@@ -37,11 +37,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from t1.ckpt import list_step_dirs
 from t1.config import Config
-from t1.incidents import IncidentLog
-from t1.policy import Critic, load_policy, torch_dtype
+from t1.model.policy import Critic, load_policy, torch_dtype
 from t1.records import write_json_atomic
+from t1.store.ckpt import list_step_dirs
+from t1.store.incidents import IncidentLog
 from t1.supervise.child import EXIT_REQUEUE, heartbeat
 from t1.train.batch import collate
 from t1.train.critic_warmup import recalibrate

@@ -17,7 +17,7 @@ import argparse
 import dataclasses
 
 from t1.config import Config
-from t1.policy import load_policy, torch_dtype
+from t1.model.policy import load_policy, torch_dtype
 from t1.train.corpus import corpus_rows
 from t1.train.sft import nll
 from t1.train.stage import run_stage

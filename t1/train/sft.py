@@ -8,7 +8,7 @@ sandboxes (`t1 rollout --expert`: real observations, the reference's commands as
 log-likelihood over the loss region (the assistant tokens), nothing on observations or
 template glue. No routing replay (the expert's tokens were not sampled by our model).
 AdamW as in PPO with `sft.lr`; `sft.epochs` passes of `sft.batch` rows, shuffled per epoch.
-Writes DIR/actor (the supervised checkpoint every campaign starts from), DIR/ckpt/ (t1.ckpt),
+Writes DIR/actor (the supervised checkpoint every campaign starts from), DIR/ckpt/ (t1.store.ckpt),
 DIR/metrics.jsonl (`sft_step` events), DIR/DONE.json; resumable (the skeleton: t1/train/stage.py).
 """
 
@@ -18,7 +18,7 @@ import argparse
 import dataclasses
 
 from t1.config import Config
-from t1.policy import load_policy, torch_dtype
+from t1.model.policy import load_policy, torch_dtype
 from t1.ppo.losses import masked_mean
 from t1.train.stage import run_stage
 from t1.train.state import build_trainer

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from t1.config import Config
-from t1.metrics_log import MetricsLog
 from t1.progress import Progress
+from t1.store.metrics_log import MetricsLog
 from t1.supervise.child import EXIT_REQUEUE
 from t1.train.data import DataError, load_rows
 from t1.train.hf import HFTrainer

@@ -2,14 +2,14 @@
 
     from t1.train.state import StageDir, build_trainer, run_epochs
 
-StageDir(out): the resumable state goes through t1.ckpt as atomic checkpoints
+StageDir(out): the resumable state goes through t1.store.ckpt as atomic checkpoints
 `OUT/ckpt/step_{N:08d}` (N = optimizer steps taken; parts `actor` and `critic` as
 safetensors, `trainer` = the rest of the trainer's state_dict (optimizers, RNG states,
 counters) as torch.save bytes, `progress` = stage counters, epoch permutation and cursor as
 JSON; meta {"schema_version", "stage", "status": "partial" | "complete"}). The newest `keep`
 (`campaign.keep_checkpoints`, the one retention knob) complete ones are kept; on load the
 newest complete, verified one wins and a partial or corrupt newer one is reported
-(OUT/incidents.jsonl, logger "t1.ckpt") and skipped, so a kill -9 anywhere, mid-write
+(OUT/incidents.jsonl, logger "t1.store.ckpt") and skipped, so a kill -9 anywhere, mid-write
 included, costs at most the steps since the previous checkpoint.
 A legacy OUT/trainer.pt (older runs) is still read when OUT/ckpt holds nothing usable.
 `DONE.json` ({"schema_version", "status": "complete", "stage", ...}) is written last, after
@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from t1.ckpt import Checkpoint, CheckpointManager, latest_complete
 from t1.config import Config
 from t1.records import write_json_atomic
+from t1.store.ckpt import Checkpoint, CheckpointManager, latest_complete
 from t1.supervise.child import heartbeat
 from t1.train.batch import Row, collate
 from t1.train.hf import HFTrainer
@@ -143,8 +143,8 @@ class UnusableCheckpoints(RuntimeError):
 def check_fresh_start(out: str | Path, stage: str, restart: bool = False) -> None:
     """Refuse to start `stage` fresh in OUT while OUT/ckpt holds checkpoints none of which is
     usable (`restart`: move them to OUT/ckpt.discarded-TIME, record an incident, go on)."""
-    from t1.ckpt import list_step_dirs
-    from t1.incidents import IncidentLog
+    from t1.store.ckpt import list_step_dirs
+    from t1.store.incidents import IncidentLog
 
     sd = StageDir(out, stage)
     dirs = [p for _, p in list_step_dirs(sd.ckpt_root)]
@@ -208,11 +208,11 @@ def device_of(name: str) -> str:
 def load_tokenizer_for(args_tokenizer: str | None, rows_meta_dirs: list[str]) -> Any:
     """--tokenizer if given, else the one a trajectory recorded in its metadata, else None
     (TITO then skips the retokenized relation; our own loop never needs it)."""
-    from t1.tokenizer import load_tokenizer
+    from t1.agent.tokenizer import load_tokenizer
 
     if args_tokenizer:
         return load_tokenizer(args_tokenizer)
-    from t1.trajectory import find_trajectories, read_header
+    from t1.agent.trajectory import find_trajectories, read_header
 
     for d in rows_meta_dirs:
         for path in find_trajectories(d)[:1]:

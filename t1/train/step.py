@@ -15,7 +15,7 @@
    the engine's (`old_logp: rollout`).
 With `update_actor=False` (critic re-calibration) steps 4-5 are skipped.
 
-Returns a flat dict of metrics for the JSON-lines log (see `t1.metrics_log`).
+Returns a flat dict of metrics for the JSON-lines log (see `t1.store.metrics_log`).
 """
 
 from __future__ import annotations

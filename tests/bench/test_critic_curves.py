@@ -11,7 +11,7 @@ import math
 import pytest
 
 from t1.bench.critic import ev_curve, from_metrics, reward_stats, summarize
-from t1.metrics_log import MetricsLog
+from t1.store.metrics_log import MetricsLog
 
 
 def _ev(step, ev, event="ppo_step", **kw):

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from t1 import chat
+from t1.agent import chat
+from t1.agent.tokenizer_train import bpe_tokenizer
+from t1.agent.trajectory import Status, Trajectory, Turn
 from t1.bench.gap import forward_logp, messages_of, retokenized_gap
 from t1.config import ModelConfig
-from t1.policy import build_policy
-from t1.tokenizer import bpe_tokenizer
-from t1.trajectory import Status, Trajectory, Turn
+from t1.model.policy import build_policy
 
 SMALL = ModelConfig(
     layers=1,

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from t1.ablations import NOT_MEASURABLE, check_filled
-from t1.metrics_log import read_events
-from t1.trajectory import Status, find_trajectories, load_trajectory
+from t1.agent.trajectory import Status, find_trajectories, load_trajectory
+from t1.eval.ablations import NOT_MEASURABLE, check_filled
+from t1.store.metrics_log import read_events
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -110,7 +110,7 @@ def check_finished_campaign(
         assert any(e.get("actor_updated") for e in ppo_steps), "no PPO step updated the actor"
     for stage in ("sft", "ppo"):
         assert (run_dir / "eval" / stage / "eval.json").is_file(), f"eval of {stage} missing"
-    # summary.json (t1.eval_summary): every split x stage is a measured figure or null + a note
+    # summary.json (t1.eval.summary): every split x stage is a measured figure or null + a note
     summary = json.loads((run_dir / "summary.json").read_text())
     for split in ("heldout", "train"):
         for stage in ("sft", "ppo"):

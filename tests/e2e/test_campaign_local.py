@@ -28,7 +28,7 @@ from e2e_helpers import (
     workflow_copy,
 )
 
-from t1.campaign import derive_config, merge_files, runs
+from t1.run.campaign import derive_config, merge_files, runs
 
 pytestmark = [
     pytest.mark.e2e,

@@ -29,8 +29,8 @@ import torch
 from e2e_helpers import BIN, ENV, REPO, snakemake, tail, workflow_copy
 from safetensors.torch import load_file
 
-from t1.ckpt import MARKER, list_step_dirs
-from t1.metrics_log import last_attempt, read_events
+from t1.store.ckpt import MARKER, list_step_dirs
+from t1.store.metrics_log import last_attempt, read_events
 
 pytestmark = [
     pytest.mark.e2e,

@@ -38,7 +38,7 @@ from t1.engine.fleet import (
 )
 from t1.engine.local import LocalEngine
 from t1.engine.sglang import EngineError, SGLangEngine
-from t1.policy import build_policy, save_policy
+from t1.model.policy import build_policy, save_policy
 
 REPO = Path(__file__).resolve().parents[2]
 PRESET = REPO / "workflow/config/qwen3.5-122b-a10b.yaml"

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from t1 import routing as rt
 from t1.config import ModelConfig
 from t1.engine.base import Engine, GenerateRequest, SamplingParams
 from t1.engine.local import LocalEngine, sample_token
-from t1.policy import build_policy, save_policy
+from t1.model import routing as rt
+from t1.model.policy import build_policy, save_policy
 
 VOCAB = 512
 GREEDY = SamplingParams(temperature=0, max_new_tokens=24)

@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 import torch
 
-from t1 import routing as rt
 from t1.bench.gap import replay_check
 from t1.config import ModelConfig
 from t1.engine.base import GenerateRequest, SamplingParams
 from t1.engine.local import LocalEngine
-from t1.policy import build_policy, load_policy, save_policy
+from t1.model import routing as rt
+from t1.model.policy import build_policy, load_policy, save_policy
 from t1.tito import Segment
 from t1.train.batch import Row, collate
 from t1.train.hf import HFTrainer

@@ -16,7 +16,7 @@ from t1.config import ModelConfig
 from t1.engine.base import GenerateRequest, SamplingParams
 from t1.engine.local import LocalEngine
 from t1.engine.sglang import EngineError, SGLangEngine
-from t1.policy import build_policy, save_policy
+from t1.model.policy import build_policy, save_policy
 
 VOCAB = 512
 GREEDY = SamplingParams(temperature=0, max_new_tokens=12)

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from t1 import routing as rt
 from t1.engine.base import GenerateRequest, SamplingParams
 from t1.engine.sglang import EngineError, SGLangEngine, finish_type, parse_response, request_body
+from t1.model import routing as rt
 
 FIX = Path(__file__).parent / "fixtures" / "sglang"
 SHAPE = dict(layers=4, k=2, num_experts=8)

@@ -29,7 +29,7 @@ def forward_check(tp: int, ep: int) -> dict:
     import torch.distributed as dist
     from megatron_helpers import MODEL, VOCAB, make_models, make_rows
 
-    from t1.routing import replay as hf_replay
+    from t1.model.routing import replay as hf_replay
     from t1.train.batch import collate
     from t1.train.megatron import convert as C
     from t1.train.megatron import model as M

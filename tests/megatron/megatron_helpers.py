@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from t1.config import ModelConfig
-from t1.policy import Critic, build_policy
+from t1.model.policy import Critic, build_policy
 from t1.train.batch import Row
 
 VOCAB = 250  # not a multiple of 4: the vocab padding is exercised at TP 2 and 4
@@ -34,7 +34,7 @@ def make_models(seed: int = 0):
 def make_rows(actor, n: int = 5, seed: int = 0, placeholder_every: int = 7) -> list[Row]:
     """Rows with loss regions, rewards, engine logprobs and routing ROUTED BY A DIFFERENT
     model (seed + 100), so replay moves experts away from the actor's own choice."""
-    from t1.routing import RoutingCapture
+    from t1.model.routing import RoutingCapture
     from t1.train.hf import token_logp
 
     other = build_policy(MODEL, VOCAB, seed=seed + 100)

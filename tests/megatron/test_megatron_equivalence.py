@@ -105,7 +105,7 @@ def test_replay_routes_every_token_to_the_captured_experts(built):
 
 
 def test_replayed_logits_match_hf_replay(built):
-    from t1.routing import replay as hf_replay
+    from t1.model.routing import replay as hf_replay
     from t1.train.megatron import replay as R
     from t1.train.megatron.model import forward
 

@@ -44,7 +44,7 @@ def torchrun(cfg, rollout, source, out, **env) -> subprocess.CompletedProcess:
 
 
 def _weights(out: Path):
-    from t1.policy import Critic, load_policy
+    from t1.model.policy import Critic, load_policy
 
     return {
         "actor": load_policy(out / "actor").state_dict(),
@@ -81,8 +81,8 @@ def runs(tmp_path_factory):
 
 
 def test_ep2_stage_writes_once_and_equals_world_size_1(runs):
-    from t1.ckpt import list_step_dirs
-    from t1.metrics_log import read_events
+    from t1.store.ckpt import list_step_dirs
+    from t1.store.metrics_log import read_events
 
     outs = runs["outs"]
     ev = {b: read_events(outs[b], "ppo_step") for b in outs}
@@ -111,7 +111,7 @@ def test_without_gradient_reduction_the_ep2_stage_parts_from_world_size_1(runs):
 
 
 def test_rerun_resumes_the_per_rank_checkpoint_without_redoing_the_step(runs):
-    from t1.metrics_log import read_events
+    from t1.store.metrics_log import read_events
 
     out = runs["outs"]["ep2"]
     before = _weights(out)

@@ -108,7 +108,7 @@ def test_state_round_trip_resumes_bit_identically(tmp_path):
     with pytest.raises(ValueError, match="another train.backend"):
         mg2.load_state_dict({**state, "backend": "hf"})
     mg.save_weights(tmp_path)
-    from t1.policy import Critic, load_policy
+    from t1.model.policy import Critic, load_policy
 
     exported = load_policy(tmp_path / "actor").state_dict()
     assert all(torch.equal(exported[k], s1[k]) for k in s1)
@@ -163,10 +163,10 @@ def test_plan_check_refuses_hf_for_the_122b_preset_and_accepts_tiny():
 
 
 def _stage_world(tmp):
+    from t1.agent.trajectory import Status, Trajectory, Turn, save_trajectory
     from t1.engine.base import GenerateRequest, SamplingParams
     from t1.engine.local import LocalEngine
-    from t1.policy import build_policy, save_policy
-    from t1.trajectory import Status, Trajectory, Turn, save_trajectory
+    from t1.model.policy import build_policy, save_policy
 
     data = {
         "run": {"threads": 2, "seed": 0},
@@ -232,8 +232,8 @@ def _args(cfg, inputs, source, out):
 
 @pytest.mark.slow
 def test_train_stage_ppo_with_the_megatron_backend(tmp_path):
-    from t1.metrics_log import read_events
-    from t1.policy import load_policy
+    from t1.model.policy import load_policy
+    from t1.store.metrics_log import read_events
     from t1.train import cli
 
     paths, sft, rollout = _stage_world(tmp_path)

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from t1.config import ModelConfig
-from t1.policy import Critic, build_policy
+from t1.model.policy import Critic, build_policy
 from t1.train.batch import Row, collate
 from t1.train.megatron import convert as C
 
@@ -68,7 +68,7 @@ def make_models(seed: int = 0):
 def make_rows(actor, n: int = 4, seed: int = 0, placeholder_every: int = 7) -> list[Row]:
     """Rows whose routing ANOTHER Qwen3.5 (seed + 100) recorded; one row crosses the GDN chunk
     size (64)."""
-    from t1.routing import RoutingCapture
+    from t1.model.routing import RoutingCapture
     from t1.train.hf import token_logp
 
     other, _ = make_models(seed + 100)
@@ -258,7 +258,7 @@ def test_one_actor_update_loss_and_gradients_agree_with_hf(recompute):
 
 
 def test_replay_routes_every_token_to_the_captured_experts(built):
-    from t1.routing import replay as hf_replay
+    from t1.model.routing import replay as hf_replay
     from t1.train.megatron import replay as R
     from t1.train.megatron.model import forward
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from t1.sandbox import SandboxSpec, open_sandbox
-from t1.sandbox.provision import Provision, locate, write_apt_index
+from t1.sandbox.provision import Provision, locate
+from t1.sandbox.provision_build import write_apt_index
 
 
 def test_env_offline_vs_network(tmp_path):
@@ -142,10 +143,10 @@ def test_uvx_uv_project_and_pip_offline():
     assert not list(Path("/usr/local/lib").glob("python3*/dist-packages/pytest"))
 
 
-# -- provisioning from tasks (t1/sandbox/provision_tasks.py) ----------------------------------
+# -- provisioning from tasks (t1/tasks/provision.py) ----------------------------------
 
 from t1.sandbox.needs import script_needs  # noqa: E402
-from t1.sandbox.provision_tasks import (  # noqa: E402
+from t1.tasks.provision import (  # noqa: E402
     apt_name,
     apt_plan,
     provision_wheels,

@@ -3,7 +3,7 @@
     sudo bash .ci/slurm/up.sh && .venv/bin/pytest tests/slurm/test_fleet_segment.py -q -s
 
 The tiny config with its fleet overlay (tests/slurm/fleet.yaml: one `t1 serve` replica,
-colocated) runs `t1 segment` as one sbatch job; t1/segment_fleet.py starts the replica as a job
+colocated) runs `t1 segment` as one sbatch job; t1/run/segment_fleet.py starts the replica as a job
 step, waits for its /health, runs the steps' rollouts against it (real sandboxes, real
 verifiers) and each `t1 train --stage ppo` as a trainer job step, loads every step's weights
 into the replica, and stops the replica step. `sacct` must show the server step and the trainer

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from shared_fixtures import slurm_problem
 
-from t1.ckpt import latest_complete
-from t1.incidents import read_incidents
+from t1.store.ckpt import latest_complete
+from t1.store.incidents import read_incidents
 
 REPO = Path(__file__).resolve().parents[2]
 CHAIN = REPO / "tests/workflow/chain/Snakefile"

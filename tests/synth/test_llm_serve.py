@@ -16,9 +16,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
+    from t1.agent.tokenizer import train_bpe
     from t1.config import ModelConfig
-    from t1.policy import build_policy, save_policy
-    from t1.tokenizer import train_bpe
+    from t1.model.policy import build_policy, save_policy
 
     root = tmp_path_factory.mktemp("llm-serve")
     texts = [open(__file__).read(), open(draft.__file__).read()] * 3

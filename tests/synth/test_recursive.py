@@ -9,12 +9,12 @@ import shutil
 import pytest
 from shared_fixtures import requires_bwrap
 
-from t1.metrics_log import read_events
-from t1.oracle import run_task
+from t1.store.metrics_log import read_events
 from t1.synth import draft
 from t1.synth.llm import LLMClient, LLMSynthesizer
 from t1.synth.recursive import SynthOptions, run
 from t1.tasks import check_task, find_tasks
+from t1.verify.oracle import run_task
 
 pytestmark = [pytest.mark.integration, requires_bwrap]
 

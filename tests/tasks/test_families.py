@@ -2,7 +2,7 @@
 
 The corpus is only worth training on if it is exactly what the agent loop records for an expert
 that solves the same task in a real sandbox: the integration test executes one instance of every
-family through `t1.rollout.expert_batch` (bubblewrap, the real verifier) and compares the TITO
+family through `t1.rollout.collect.expert_batch` (bubblewrap, the real verifier) and compares the TITO
 stream with the generated transcript token for token.
 """
 
@@ -14,10 +14,10 @@ import json
 import pytest
 from shared_fixtures import requires_bwrap
 
+from t1.agent.tokenizer_train import bpe_tokenizer
 from t1.config import Config, FamiliesConfig, PretrainConfig
 from t1.tasks.families import FAMILIES, draw_corpus, key_of, make_split, words_of, write_split
 from t1.tasks.load import load_task
-from t1.tokenizer import bpe_tokenizer
 from t1.train.corpus import corpus_rows, heldout_keys, transcript
 
 
@@ -92,7 +92,7 @@ def test_transcript_equals_the_executed_expert_trajectory(tmp_path, tok):
     """One instance per family, executed by the expert in a real sandbox and scored by its
     verifier: the TITO stream and loss mask are the generated transcript's, token for token."""
     from t1.config import load_config
-    from t1.rollout import expert_batch
+    from t1.rollout.collect import expert_batch
     from t1.tito import assemble_trajectory
 
     split = make_split(seed=1, train=1, heldout=0)

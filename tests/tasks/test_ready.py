@@ -145,15 +145,15 @@ def test_report_shows_the_excluded_tasks(tmp_path):
     pool = tmp_path / "run" / "pool" / "eval"
     pool.mkdir(parents=True)
     (pool / "manifest.json").write_text(json.dumps({"offline": manifest_record(3, [r], "never")}))
-    from t1.report import markdown, not_ready_section
-    from t1.report_html import Document
+    from t1.eval.report import markdown, not_ready_section
+    from t1.eval.report_html import Document
 
     text = markdown(Document("run", [not_ready_section(tmp_path / "run")]))
     assert "Pool `eval`: 1 of 3 tasks not ready" in text and "| kv | pip grpcio==1.73.0" in text
 
 
 def test_pool_excludes_a_not_ready_task_with_the_count_shown(tmp_path, capsys):
-    from t1.tasks.pool_build import add_arguments, main
+    from t1.curate.pool import add_arguments, main
 
     tasks = tmp_path / "tasks"
     make_task(tasks, "kv")  # needs grpcio==1.73.0, which the cache lacks

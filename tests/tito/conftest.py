@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from t1 import tokenizer as T
+from t1.agent import tokenizer as T
+from t1.agent import tokenizer_train as TT
 
 
 @pytest.fixture(scope="session", params=["bpe", "qwen3.5"])
 def tok(request):
-    return T.bpe_tokenizer() if request.param == "bpe" else T.build_qwen35_tokenizer()
+    return TT.bpe_tokenizer() if request.param == "bpe" else T.build_qwen35_tokenizer()

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from tito_helpers import own_loop_turns
 
-from t1 import chat
+from t1.agent import chat
+from t1.agent.trajectory import Status, Trajectory
 from t1.tito.stream import (
     PROMPT,
     TitoError,
@@ -19,7 +20,6 @@ from t1.tito.stream import (
     assemble,
     assemble_or_abort,
 )
-from t1.trajectory import Status, Trajectory
 
 CALL = chat.tool_call_text("ls")
 OBS = ["a.txt\n", "1\n"]
@@ -79,7 +79,7 @@ def test_last_sampled_token_of_the_trajectory_needs_no_capture(tok):
 
 def test_provenance_check_rejects_a_retokenized_copy():
     """Invariant 3: prompt ids before the relation's cut must never be copied into the stream."""
-    from t1.trajectory import Turn
+    from t1.agent.trajectory import Turn
 
     turn = Turn(prompt_ids=[5, 6, 7, 8], sampled_ids=[9], logprobs=[-0.1])
     stream = _Stream(None)

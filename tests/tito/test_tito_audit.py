@@ -1,4 +1,4 @@
-"""`t1 tito-audit DIR --json FILE` over trajectories written with t1/trajectory.py."""
+"""`t1 tito-audit DIR --json FILE` over trajectories written with t1/agent/trajectory.py."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 
 from tito_helpers import own_loop_turns, sample, text_log
 
-from t1 import chat
+from t1.agent import chat
+from t1.agent.trajectory import Status, Trajectory, save_trajectory
 from t1.cli import main
 from t1.tito import turns_from_text_log
-from t1.trajectory import Status, Trajectory, save_trajectory
 
 CALL = chat.tool_call_text("ls")
 OBS = ["a.txt\n", "1\n"]

@@ -19,7 +19,7 @@ from tito_helpers import (
     text_log,
 )
 
-from t1 import chat
+from t1.agent import chat
 from t1.tito import assemble, assemble_text_log, turns_from_text_log
 
 CALL_LS = chat.tool_call_text("ls -la /srv/data")

@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from t1 import chat
-from t1 import tokenizer as T
+from t1.agent import chat
+from t1.agent import tokenizer as T
+from t1.agent.trajectory import Turn
 from t1.tito import Assembly
 from t1.tito.relations import common_prefix
-from t1.trajectory import Turn
 
 LAYERS, K, EXPERTS = 3, 2, 16
 _MOD = (1 << 61) - 1

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from t1.config import ModelConfig, PPOConfig
-from t1.policy import Critic, build_policy
-from t1.routing import RoutingCapture
+from t1.model.policy import Critic, build_policy
+from t1.model.routing import RoutingCapture
 from t1.train.batch import Row, collate
 from t1.train.hf import HFTrainer, token_logp
 

@@ -25,9 +25,9 @@ import pytest
 import torch
 from test_stages import _config, _rollout
 
-from t1.ckpt import list_step_dirs
-from t1.incidents import read_incidents
-from t1.policy import load_policy
+from t1.model.policy import load_policy
+from t1.store.ckpt import list_step_dirs
+from t1.store.incidents import read_incidents
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -6,7 +6,7 @@ import io
 
 import torch
 
-from t1.routing import moe_gates
+from t1.model.routing import moe_gates
 from t1.train.batch import collate
 from t1.train.step import ppo_step
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from test_stages import _config, _rollout
 
-from t1.ckpt import list_step_dirs
-from t1.incidents import read_incidents
-from t1.lock import LOCK_NAME
-from t1.metrics_log import last_attempt, read_events
+from t1.store.ckpt import list_step_dirs
+from t1.store.incidents import read_incidents
+from t1.store.lock import LOCK_NAME
+from t1.store.metrics_log import last_attempt, read_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

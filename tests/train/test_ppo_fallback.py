@@ -14,11 +14,11 @@ import torch
 from safetensors.torch import load_file
 from test_stages import VOCAB, _args, _config, _rollout
 
-from t1.ckpt import list_step_dirs
 from t1.config import load_config
-from t1.incidents import read_incidents
-from t1.metrics_log import read_events
-from t1.policy import build_policy, load_policy, save_policy
+from t1.model.policy import build_policy, load_policy, save_policy
+from t1.store.ckpt import list_step_dirs
+from t1.store.incidents import read_incidents
+from t1.store.metrics_log import read_events
 from t1.train import cli
 
 

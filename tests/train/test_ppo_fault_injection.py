@@ -31,7 +31,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from t1.policy import load_policy
+from t1.model.policy import load_policy
 
 pytestmark = [
     pytest.mark.integration,

@@ -6,9 +6,9 @@ import json
 
 import yaml
 
+from t1.agent.tokenizer_train import BPE_CACHE, bpe_tokenizer
 from t1.cli import main as t1_main
-from t1.metrics_log import read_events
-from t1.tokenizer import BPE_CACHE, bpe_tokenizer
+from t1.store.metrics_log import read_events
 
 
 def _setup(tmp_path, **pretrain):

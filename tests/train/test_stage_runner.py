@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import yaml
 
-from t1.ckpt import list_step_dirs
+from t1.agent.trajectory import Status, Trajectory, Turn, save_trajectory
 from t1.config import load_config
-from t1.metrics_log import read_events
-from t1.policy import build_policy, save_policy
+from t1.model.policy import build_policy, save_policy
+from t1.store.ckpt import list_step_dirs
+from t1.store.metrics_log import read_events
 from t1.supervise.child import EXIT_REQUEUE
 from t1.train import critic_warmup, sft
 from t1.train.state import StageDir
-from t1.trajectory import Status, Trajectory, Turn, save_trajectory
 
 VOCAB = 64
 MODEL = {

@@ -10,11 +10,11 @@ import pytest
 import torch
 import yaml
 
+from t1.agent.trajectory import Status, Trajectory, Turn, save_trajectory
 from t1.config import load_config
-from t1.metrics_log import read_events
-from t1.policy import Critic, build_policy, load_policy, save_policy
+from t1.model.policy import Critic, build_policy, load_policy, save_policy
+from t1.store.metrics_log import read_events
 from t1.train import cli
-from t1.trajectory import Status, Trajectory, Turn, save_trajectory
 
 VOCAB = 256
 MODEL = {

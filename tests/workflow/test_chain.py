@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from t1.ckpt import latest_complete
+from t1.store.ckpt import latest_complete
 
 REPO = Path(__file__).resolve().parents[2]
 CHAIN = REPO / "tests/workflow/chain/Snakefile"

@@ -17,8 +17,8 @@ import jsonschema
 import pytest
 import yaml
 
-from t1.campaign import derive_config, merge
 from t1.config import json_schema, load_config
+from t1.run.campaign import derive_config, merge
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -11,7 +11,7 @@
 #                                      and of the drift rollout
 #   ablations/critic/seed_S/...        t1 bench critic: warm vs cold critic on NAME's PPO
 #                                      rollouts (the same batches), one run per seed S
-# and `t1 ablations` (t1/ablations.py) writes RESULTS/NAME/ablations.md and .json (one row per
+# and `t1 ablations` (t1/eval/ablations.py) writes RESULTS/NAME/ablations.md and .json (one row per
 # ablation, (d) and (e) read from the runs' metrics.jsonl, eval.json and summary.json) and
 # the two PNGs beside them. The target `campaign_ablations` (its input: ablations.md) is in the
 # Snakefile, with the other targets.

@@ -1,12 +1,12 @@
 # Shared helpers for the files in workflow/rules/: config access, run names, paths, input
 # functions, resources. Included first by the Snakefile. The config logic (merging, --config
-# overrides, runs, the pinned per-run config) lives in t1/campaign.py (`t1 run-config`).
+# overrides, runs, the pinned per-run config) lives in t1/run/campaign.py (`t1 run-config`).
 
 import os
 import sys
 from pathlib import Path
 
-from t1 import campaign
+from t1.run import campaign
 
 # `t1` and `python` in rule shells are this environment's, activated or not
 os.environ["PATH"] = (

@@ -129,7 +129,7 @@ rule validate_tasks:
 
 
 # the no-op score of every task (assertions that pass with no agent action): the pool records
-# it per task for reward.subtract_noop (t1.reward)
+# it per task for reward.subtract_noop (t1.verify.reward)
 rule noop_tasks:
     input:
         unpack(split_inputs),

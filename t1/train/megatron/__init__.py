@@ -10,7 +10,7 @@ value-head critic), `convert` (HF <-> Megatron weights, TP/PP/EP/ETP sharding), 
 through `RouterReplay`), `trainer` (`MegatronTrainer`, the `t1.train.protocol.Trainer` of this
 backend), `plan` (the memory plan checked before launch; actor/critic offload in turn),
 `dataparallel` (rows per DP rank, gradient reduction, global grad norm), `checkpoint` (one file
-per rank in t1.ckpt's atomic protocol), `stage` (the PPO stage's directory under torchrun:
+per rank in t1.store.ckpt's atomic protocol), `stage` (the PPO stage's directory under torchrun:
 per-rank checkpoints, rank 0 writes).
 
 Families. `model.arch: qwen3_moe` (full attention, Qwen3-MoE) and `qwen3_5_moe` (Qwen3.5: 3 of
@@ -65,7 +65,7 @@ Other megatron-core versions (0.19 on Python 3.12) are not installed here and no
 
 Parallelism (trainer.py, dataparallel.py): TP / EP / ETP and data parallelism through
 megatron-core's DistributedDataParallel + finalize_model_grads (EP 2 / DP 2 equal world size 1
-on the CPU); per-rank checkpoints in t1.ckpt's protocol (checkpoint.py); activation recompute
+on the CPU); per-rank checkpoints in t1.store.ckpt's protocol (checkpoint.py); activation recompute
 with the routing replayed in the recompute (replay.to_backward). Pipeline parallelism is
 refused: megatron-core 0.16.1's schedules (`get_forward_backward_func`) allocate on device
 "cuda", so they do not run on the CPU, and the trainer does not drive them yet.

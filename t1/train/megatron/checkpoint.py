@@ -1,16 +1,16 @@
-"""Checkpoints of the megatron backend at any world size: one file per rank, inside t1.ckpt's
+"""Checkpoints of the megatron backend at any world size: one file per rank, inside t1.store.ckpt's
 atomic protocol (a checkpoint counts only when its completion marker exists).
 
     from t1.train.megatron import checkpoint as MC
     MC.save(trainer, "OUT/ckpt", step, progress={"step": step})   # every rank calls it
     got = MC.load(trainer, "OUT/ckpt")                             # every rank; None if none
-    MC.restore(trainer, checkpoint)            # every rank, from one t1.ckpt.Checkpoint
+    MC.restore(trainer, checkpoint)            # every rank, from one t1.store.ckpt.Checkpoint
 
 Format: ROOT/step_N/rank_RRRRR.bin (a torch file: this rank's actor and critic shards in
 megatron names (convert.local_state), both optimizers' state, its RNG states, the shuffling
 generator, counters, and the layout) + manifest.json (sha256 of every rank's file, the layout,
 `progress`) + COMPLETE. Rank 0 makes the temporary directory, every rank writes and fsyncs its
-file, a barrier, then rank 0 seals it (t1.ckpt.seal_checkpoint: manifest, rename, marker) and a
+file, a barrier, then rank 0 seals it (t1.store.ckpt.seal_checkpoint: manifest, rename, marker) and a
 barrier again: a crash anywhere before the marker leaves nothing that counts. Resuming needs
 the same layout (world, TP, PP, EP, ETP) and refuses another one naming the checkpoint; the
 state is restored exactly, so a resumed run repeats the uninterrupted one bit for bit in
@@ -37,8 +37,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from t1.ckpt import Checkpoint, begin_checkpoint, latest_complete, seal_checkpoint
 from t1.rng import capture_rng, restore_rng
+from t1.store.ckpt import Checkpoint, begin_checkpoint, latest_complete, seal_checkpoint
 
 SCHEMA_VERSION = 1
 

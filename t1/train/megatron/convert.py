@@ -83,7 +83,7 @@ def _prefix(kind: str) -> str:
 def hf_to_mcore(
     hf: dict[str, torch.Tensor], config, kind: str, tp: int = 1
 ) -> dict[str, torch.Tensor]:
-    """HF state dict (Qwen3MoeForCausalLM, Qwen3_5MoeForCausalLM or t1.policy.Critic) ->
+    """HF state dict (Qwen3MoeForCausalLM, Qwen3_5MoeForCausalLM or t1.model.policy.Critic) ->
     unsharded Megatron names."""
     p = _prefix(kind)
     q35 = _is_qwen35(config)

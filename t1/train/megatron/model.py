@@ -5,7 +5,7 @@
     actor = build_actor(tc, vocab)                  # GPTModel, local (non-TE) layer spec
     logits = actor(ids, positions, causal_mask(T))  # [B, T, V]
 
-Mapping of the HF `Qwen3MoeConfig` (t1.policy.hf_config): RMSNorm (eps), q/k RMSNorm per head
+Mapping of the HF `Qwen3MoeConfig` (t1.model.policy.hf_config): RMSNorm (eps), q/k RMSNorm per head
 (`qk_layernorm`), GQA (`num_query_groups` = kv heads, `kv_channels` = head_dim), RoPE
 (non-interleaved = HF rotate_half, base = rope_theta), SwiGLU experts without bias, no dense
 MLP, untied LM head, and the router as Qwen3 ships it: top-k over the logits then softmax over

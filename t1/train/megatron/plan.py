@@ -4,7 +4,7 @@
     check_plan(cfg)                        # raises naming the role and GiB when it cannot fit
     trainer = build(cfg, actor, critic)    # HFTrainer or MegatronTrainer per train.backend
 
-`check_plan` runs t1.memory's planner on the config's model (`tiny_spec`: the `model:` section,
+`check_plan` runs t1.model.memory's planner on the config's model (`tiny_spec`: the `model:` section,
 the tokenizer's vocabulary, agent.context_tokens, ppo.minibatch) for the chosen backend:
 * hf: one process holds everything (fp32 weights, grads, Adam). If the actor or the critic
   needs more than `train.gpu_budget_gib`, refuse: such a model needs train.backend megatron.
@@ -26,7 +26,7 @@ class PlanError(ValueError):
 
 
 def plan_for(cfg: Config) -> dict[str, Any]:
-    from t1 import memory
+    from t1.model import memory
 
     t = cfg.train
     spec = dataclasses.replace(memory.tiny_spec(cfg), name=f"{cfg.model.arch} ({t.backend})")

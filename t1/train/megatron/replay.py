@@ -12,7 +12,7 @@ gives every `TopKRouter` a `RouterReplay`; its action RECORD stores the live top
 REPLAY_FORWARD uses `target_topk_idx`, REPLAY_BACKWARD pops `replay_backward_list` (one entry
 per `set_target_indices`) for the recompute of activation checkpointing; the probabilities are
 then the live scores gathered at the replayed ids (softmax over the k chosen when
-`moe_router_pre_softmax` is off, = t1.routing's renormalized weights), so the router keeps its
+`moe_router_pre_softmax` is off, = t1.model.routing's renormalized weights), so the router keeps its
 gradient. `RouterReplay`'s static helpers act on EVERY instance in the process (actor and any
 other model built with replay); this module addresses the actor's own instances instead. The
 fused top-k (`moe_router_fusion`) never calls `RouterReplay`: model.transformer_config refuses it

@@ -6,7 +6,7 @@
 `open_stage_dir` gives t1.train.state.StageDir at world size 1 (unchanged) and
 `ShardedStageDir` when torchrun's WORLD_SIZE > 1 (train.backend megatron only). ShardedStageDir
 keeps StageDir's interface for the PPO stage (t1/train/ppo.py): `save` writes DIR/ckpt/step_N in
-checkpoint.py's per-rank format inside t1.ckpt's atomic protocol (every rank writes its file, rank
+checkpoint.py's per-rank format inside t1.store.ckpt's atomic protocol (every rank writes its file, rank
 0 seals; the stage meta and the progress record are in the manifest's meta), then rank 0 prunes
 to the newest `keep`; `load` returns a payload whose "trainer" is the checkpoint itself
 (MegatronTrainer.load_state_dict restores this rank's file from it); `finish` (DONE.json) is rank
@@ -26,8 +26,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from t1.ckpt import latest_complete, prune
-from t1.incidents import IncidentLog
+from t1.store.ckpt import latest_complete, prune
+from t1.store.incidents import IncidentLog
 from t1.train.megatron.checkpoint import LayoutChanged
 from t1.train.state import SCHEMA_VERSION, StageDir
 
@@ -57,7 +57,7 @@ class _NoLog:
 
 def metrics_log(directory: str | Path):
     """DIR/metrics.jsonl's writer on the lead rank; a log that writes nothing on the others."""
-    from t1.metrics_log import MetricsLog
+    from t1.store.metrics_log import MetricsLog
 
     return MetricsLog(directory) if lead() else contextlib.nullcontext(_NoLog())
 

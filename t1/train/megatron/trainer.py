@@ -4,7 +4,7 @@
     trainer = MegatronTrainer(hf_actor, hf_critic, actor_lr=1e-4, critic_lr=1.5e-3)
     metrics = t1.train.step.ppo_step(trainer, batch, cfg.ppo)   # the same PPO step as hf
 
-It takes the HF actor and critic (t1.policy), converts their weights into megatron-core
+It takes the HF actor and critic (t1.model.policy), converts their weights into megatron-core
 GPTModels (convert.py) and keeps the HF modules as export shells: `save_weights` converts back
 and writes the same policy / critic directories as the hf backend (what the engine, SGLang
 included, loads after each step). The math is the hf backend's: the same token alignment
@@ -23,8 +23,8 @@ rank works on its share of the rows (dataparallel.py). Under `torchrun --nproc-p
 State: at world size 1 `state_dict` holds actor and critic in HF names (readable by either
 backend), both optimizers, RNG, the shuffling generator, counters; at any world size
 `checkpoint.py` writes one file per rank (its shard, its optimizer state, its RNG) inside
-t1.ckpt's atomic protocol (`t1 train --stage ppo` under torchrun: stage.py), and above world
-size 1 `load_state_dict` takes such a checkpoint ({"checkpoint": t1.ckpt.Checkpoint}). The
+t1.store.ckpt's atomic protocol (`t1 train --stage ppo` under torchrun: stage.py), and above world
+size 1 `load_state_dict` takes such a checkpoint ({"checkpoint": t1.store.ckpt.Checkpoint}). The
 conversion is exact, so resume is bit-identical in deterministic mode.
 
 Co-residence: actor and critic live on the same devices; with `offload=True` the role not in
@@ -261,7 +261,7 @@ class MegatronTrainer:
     def _checked_logits(self, mb: Batch, check: dict[str, int]) -> torch.Tensor:
         """The actor's logits, counting the routing check (t1.train.hf) on the way: the
         routers' own top-k and the experts actually dispatched to, against the record."""
-        from t1.routing import mismatch
+        from t1.model.routing import mismatch
 
         b, k = mb.input_ids.shape[0], self.hf_config.num_experts_per_tok
         replaying = self.replay and mb.routing is not None
@@ -401,7 +401,7 @@ class MegatronTrainer:
         """DIR/actor and DIR/critic in HF format (the hf backend's directories), each atomic."""
         import torch.distributed as dist
 
-        from t1.policy import save_policy
+        from t1.model.policy import save_policy
 
         out_dir = Path(out_dir)
         write = dist.get_rank() == 0  # every rank gathers (collective); rank 0 writes

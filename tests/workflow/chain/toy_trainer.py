@@ -3,7 +3,7 @@
     python tests/workflow/chain/toy_trainer.py --ckpt out/ckpt --until 8 --out out/iter_00001/DONE
 
 Runs global steps up to --until (a random walk, RNG state in the checkpoint, one checkpoint
-per step with t1.ckpt), resuming from the newest complete checkpoint; heartbeats every step;
+per step with t1.store.ckpt), resuming from the newest complete checkpoint; heartbeats every step;
 on SIGUSR2/SIGTERM finishes the step, checkpoints and exits 75; at --until writes --out.
 Each start appends a line to CKPT/../runs.log (first step, restart, Slurm job and restart
 count) so tests can count starts and check that no step ran twice.
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from t1.ckpt import CheckpointManager
+from t1.store.ckpt import CheckpointManager
 from t1.supervise.child import EXIT_REQUEUE, StopRequest, heartbeat
 
 

@@ -1,0 +1,247 @@
+"""One writer per output, and no orphans: output locks, parent-death signals, pid files.
+
+    from t1.store.lock import hold_output, die_with_parent, PidFile
+    lock = hold_output("results/tiny/sft/model", "t1 train --stage sft")  # held until exit
+    subprocess.Popen(cmd, preexec_fn=die_with_parent)     # SIGKILL when this process dies
+    pids = PidFile("results/tiny/ppo/iter_00001/segment.children.json")
+    pids.reap()                  # kill what a previous attempt left (still that program?)
+    pids.add("train", proc.pid)  # record a child: pid, start time, command line
+
+`hold_output(DIR)` takes an exclusive `flock` on `DIR/.t1-writer.lock` and writes the holder
+(pid, host, command line, since) into it. The descriptor is inheritable, so the processes
+this one starts hold the lock too (an orphaned child keeps the output locked; the kernel
+drops the lock when the last holder dies, whatever killed it). A second writer waits up to
+`wait_s` and then raises `LockHeld`, whose message names the directory and the holder's pid.
+
+`die_with_parent` (a `preexec_fn`) sets PR_SET_PDEATHSIG=SIGKILL in the child, so a child
+dies with the process that started it even when that one is SIGKILLed (Linux only).
+
+`PidFile` records children as {name: {pid, start, cmdline, pgid}}; `reap()` kills (SIGKILL to
+the process group when the child leads one, else to the pid) every recorded process that is
+still the same program: same /proc/PID/stat start time and same command line, so a recycled
+pid is never hit. A group whose leader is gone but whose members live on (a trainer orphaned
+when its driver died) is killed too: while any member lives the kernel does not reuse the
+group's number. It returns what it killed.
+
+Tests: tests/test_lock.py (real processes), tests/train/test_one_writer.py (two `t1 train
+--stage sft` on one output), tests/test_supervise.py (a new supervisor reaps a killed one's
+orphans).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from t1.records import write_json_atomic
+
+LOCK_NAME = ".t1-writer.lock"
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class LockHeld(RuntimeError):
+    """Another process writes this output; the message names it."""
+
+
+def die_with_parent() -> None:
+    """preexec_fn: SIGKILL this child when its parent dies (only a C call: fork-safe)."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def proc_start(pid: int) -> int | None:
+    """The start time of `pid` in clock ticks since boot (/proc/PID/stat field 22), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def proc_cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]]
+
+
+def identity(pid: int) -> dict[str, Any]:
+    return {"pid": pid, "start": proc_start(pid), "cmdline": proc_cmdline(pid)}
+
+
+def same_process(record: dict[str, Any]) -> bool:
+    """Is the process of `record` (from `identity`) still alive and still that program?"""
+    pid = record.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    start = proc_start(pid)
+    return (
+        start is not None
+        and start == record.get("start")
+        and (proc_cmdline(pid) == record.get("cmdline"))
+    )
+
+
+class OutputLock:
+    """An exclusive flock on DIR/.t1-writer.lock, held while the descriptor is open."""
+
+    def __init__(self, directory: str | os.PathLike[str], what: str = "") -> None:
+        self.dir = Path(directory)
+        self.path = self.dir / LOCK_NAME
+        self.what = what or " ".join(sys.argv)
+        self._fd: int | None = None
+
+    def holder(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.path.read_text() or "{}")
+        except (OSError, ValueError):
+            return {}
+
+    def acquire(self, wait_s: float = 0.0, inherit: bool = True) -> OutputLock:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    h = self.holder()
+                    alive = (
+                        "alive"
+                        if h.get("pid") and same_process(h)
+                        else "exited; a child it started still holds the lock"
+                    )
+                    raise LockHeld(
+                        f"{self.dir}: another writer holds {self.path}: pid {h.get('pid', '?')} "
+                        f"on {h.get('host', '?')} ({alive}), running {h.get('what', '?')!r} since "
+                        f"{time.ctime(h['since']) if h.get('since') else '?'}; wait for it to "
+                        f"finish or kill it, then rerun"
+                    ) from None
+                time.sleep(0.2)
+        os.set_inheritable(fd, inherit)
+        record = {**identity(os.getpid()), "host": socket.gethostname(), "what": self.what,
+                  "since": time.time()}  # fmt: skip
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> OutputLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def hold_output(
+    directory: str | os.PathLike[str], what: str = "", wait_s: float = 0.0, inherit: bool = True
+) -> OutputLock:
+    """Lock DIR for the rest of this process's life (and, with `inherit`, its children's: a
+    driver that reaps its children on start passes False, so a dead driver's orphans do not
+    keep it out). Idempotent within a process (a stage run twice in one process, as tests
+    do, keeps the one lock it has)."""
+    key = str(Path(directory).resolve())
+    if key not in _HELD:
+        _HELD[key] = OutputLock(directory, what).acquire(wait_s, inherit)
+    return _HELD[key]
+
+
+_HELD: dict[str, OutputLock] = {}
+
+
+class PidFile:
+    """Children of one driver, recorded so that the next attempt can kill what this one left."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def read(self) -> dict[str, dict[str, Any]]:
+        try:
+            return json.loads(self.path.read_text()).get("children", {})
+        except (OSError, ValueError, AttributeError):
+            return {}
+
+    def add(self, name: str, pid: int) -> None:
+        try:
+            pgid = os.getpgid(pid)
+        except ProcessLookupError:
+            return
+        children = self.read()
+        children[name] = {**identity(pid), "pgid": pgid}
+        write_json_atomic(self.path, {"children": children})
+
+    def remove(self, name: str) -> None:
+        children = self.read()
+        if children.pop(name, None) is not None:
+            write_json_atomic(self.path, {"children": children})
+
+    def reap(self, grace_s: float = 5.0) -> list[dict[str, Any]]:
+        """SIGKILL what the recorded children left: a child that is still the same program (its
+        process group when it leads one), and the members of a group whose leader is gone (no
+        process has that pid, so the group number cannot have been reused). Waits up to
+        grace_s for them to go, then forgets them. Returns what was killed."""
+        killed = []
+        mine = {os.getpid(), os.getppid(), os.getpgrp()}  # never this process, its parent or group
+        for name, rec in self.read().items():
+            pid = rec["pid"]
+            if pid in mine:
+                continue
+            leads = rec.get("pgid") == pid and pid not in mine
+            if same_process(rec):
+                target = "group" if leads else "pid"
+            elif leads and proc_start(pid) in (None, rec.get("start")) and group_members(pid):
+                target = "group"  # the leader died (gone, or its unreaped zombie), its group not
+            else:
+                continue
+            try:
+                os.killpg(pid, signal.SIGKILL) if target == "group" else os.kill(
+                    pid, signal.SIGKILL
+                )
+            except (ProcessLookupError, PermissionError):
+                continue
+            killed.append({"name": name, "target": target, **rec})
+
+        def left() -> bool:
+            return any(
+                same_process(k) or (k["target"] == "group" and group_members(k["pid"]))
+                for k in killed
+            )
+
+        deadline = time.monotonic() + grace_s
+        while left() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.path.exists():
+            write_json_atomic(self.path, {"children": {}})
+        return killed
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group `pgid`, from /proc."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(d))
+    return out
