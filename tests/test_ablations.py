@@ -22,7 +22,10 @@ import pytest
 from t1.agent.trajectory import Status, Trajectory, Turn, save_trajectory
 from t1.bench.critic import from_metrics
 from t1.eval import ablations as ab
+from t1.eval.ablations_heldout import heldout_row
+from t1.eval.ablations_rows import YES, _row, check_filled
 from t1.eval.evaluate import SCHEMA_VERSION as EVAL_SCHEMA
+from t1.eval.stats import intervals_overlap, two_proportion_test
 from t1.eval.summary import block, run_summary
 from t1.records import write_json_atomic
 from t1.store.metrics_log import MetricsLog
@@ -175,7 +178,7 @@ def _args(c: dict) -> argparse.Namespace:
 
 def _rows_by_key(c: dict) -> dict[str, dict]:
     rows = ab.build(c["run_dir"], c["binary"], c["gap"], c["drift"], c["critic"], c.get("cold"))
-    ab.check_filled(rows)
+    check_filled(rows)
     return {r["key"]: r for r in rows}
 
 
@@ -298,24 +301,24 @@ def test_a_heldout_split_of_train_pool_tasks_is_not_measurable(campaign):
     # train-pool tasks as held out; the eval pool's manifest shows it
     run = campaign["run_dir"]
     write_json_atomic(run / "pool/eval/manifest.json", {"tasks": [{"id": "t-a"}]})
-    row = ab.heldout_row(run / "summary.json")
+    row = heldout_row(run / "summary.json")
     assert row["holds"] == "not measurable" and "the split is not held out" in row["why"]
     assert "SFT 0.0% [0.0%, 8.8%] (n 40)" in row["measured"]
 
 
 def test_check_filled_names_an_empty_cell():
-    row = ab._row("gap", "(a)", "", ab.YES, "why", ["f"], {})
+    row = _row("gap", "(a)", "", YES, "why", ["f"], {})
     with pytest.raises(AssertionError, match="row gap: empty measured"):
-        ab.check_filled([row])
+        check_filled([row])
 
 
 def test_two_proportion_test_by_hand():
     # 10/100 vs 20/100: pooled 0.15, se = sqrt(.15 * .85 * .02) = 0.050498, z = 1.9803
-    t = ab.two_proportion_test(10, 100, 20, 100)
+    t = two_proportion_test(10, 100, 20, 100)
     assert t["z"] == pytest.approx(1.98030, abs=1e-4)
     assert t["p"] == pytest.approx(0.04767, abs=1e-4)
-    assert ab.two_proportion_test(0, 10, 0, 10) == {"z": None, "p": None}
-    assert ab.intervals_overlap([0.1, 0.3], [0.3, 0.5]) and not ab.intervals_overlap(
+    assert two_proportion_test(0, 10, 0, 10) == {"z": None, "p": None}
+    assert intervals_overlap([0.1, 0.3], [0.3, 0.5]) and not intervals_overlap(
         [0.1, 0.29], [0.3, 0.5]
     )
 

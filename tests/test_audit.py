@@ -9,17 +9,15 @@ import shutil
 import pytest
 from shared_fixtures import requires_bwrap
 
-from t1.curate.audit import (
-    ACCEPT,
+from t1.curate.audit import audit, materialize
+from t1.curate.audit_alignment import (
     alignment,
-    audit,
     checked_literals,
     env_text,
-    materialize,
     repaired_instruction,
-    score_row,
     verifier_literals,
 )
+from t1.curate.audit_score import ACCEPT, score_row
 from t1.synth import draft
 from t1.synth.dedup import minhash, nearest, shingles, similarity
 

@@ -20,17 +20,9 @@ import pytest
 import torch
 
 from t1.rng import capture_rng, restore_rng
-from t1.store.ckpt import (
-    MANIFEST,
-    MARKER,
-    CheckpointManager,
-    check,
-    format_of,
-    latest_complete,
-    list_step_dirs,
-    prune,
-    write_checkpoint,
-)
+from t1.store.ckpt import MANIFEST, MARKER, check, latest_complete, list_step_dirs
+from t1.store.ckpt_retention import CheckpointManager, prune
+from t1.store.ckpt_write import format_of, write_checkpoint
 from t1.store.incidents import read_incidents
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,7 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 WRITER = textwrap.dedent(
     """
     import sys
-    from t1.store.ckpt import CheckpointManager, latest_complete
+    from t1.store.ckpt import latest_complete
+    from t1.store.ckpt_retention import CheckpointManager
     root = sys.argv[1]
     mgr = CheckpointManager(root, keep=2)
     ck = latest_complete(root)

@@ -16,14 +16,39 @@ from t1.cli import COMMANDS
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The pipeline, in order: a stage may import the stages before it, never one after it.
+STAGES = (
+    "store",
+    "supervise",
+    "sandbox",
+    "tasks",
+    "verify",
+    "model",
+    "engine",
+    "agent",
+    "tito",
+    "rollout",
+    "ppo",
+    "train",
+    "synth",
+    "curate",
+    "run",
+    "bench",
+    "eval",
+)
+# The small shared modules at the root: any stage may import them; they import no stage.
+SHARED = {"t1.config", "t1.records", "t1.progress", "t1.httpjson", "t1.rng"}
+# The command line names its subcommands' modules as strings and imports none of them.
+TOP = {"t1", "t1.cli"}
+
 # Modules that are a library first and carry their `t1 <sub>` command as a thin main():
 # importing their library functions is fine (their add_arguments/main never are).
 LIBRARIES_WITH_A_COMMAND = {
-    "t1.agent.tokenizer": "the tokenizer (chat, engine and trainer load it)",
+    "t1.agent.tokenizer_train": "the default tokenizer of a config (tito, the gap bench load it)",
     "t1.model.policy": "the policy model (engine and trainer build and load it)",
     "t1.model.memory": "the memory planner (the train bench sizes layouts with it)",
     "t1.rollout.collect": "collect/load_tasks/write_batch (evaluate and the gap bench reuse them)",
-    "t1.sandbox.provision": "the provision cache the sandboxes mount",
+    "t1.tasks.provision": "what tasks install, provisioned (t1 pool checks readiness with it)",
     "t1.curate.audit": "the audit scores (the pool builder ranks by them)",
     "t1.tasks.families": "the task families (the pre-training corpus and the tokenizer draw them)",
 }
@@ -31,11 +56,6 @@ CLI_PARTS = {"main", "add_arguments"}
 # Imports from a command module known today, each with what fixes it; each must still exist
 # (delete the entry once it is gone).
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {}
-
-# The one module the remaining t1/sandbox/ cycles run through: provision.py holds both the
-# cache a sandbox mounts (`locate`, used by bwrap and apptainer at start) and the `t1 provision`
-# builder that runs sandboxes. Splitting the two removes the cycle; then set this to None.
-CYCLES_THROUGH = "t1.sandbox.provision"
 
 
 def modules(root: Path, package: str) -> dict[str, Path]:
@@ -172,7 +192,9 @@ def test_no_module_imports_from_a_command_module():
 def test_the_command_module_check_catches_an_import(tmp_path):
     """Break it: a library importing `t1 oracle`'s run_task, or any module's main."""
     lib = tmp_path / "lib.py"
-    lib.write_text("def f():\n    from t1.verify.oracle import run_task\n    from t1.curate.audit import main\n")
+    lib.write_text(
+        "def f():\n    from t1.verify.oracle import run_task\n    from t1.curate.audit import main\n"
+    )
     g = graph({**T1_MODULES, "t1.lib": lib}, only={"t1.lib"})
     assert cli_violations(g) == [
         "t1.lib:3 imports main (a command's CLI part) from t1.curate.audit",
@@ -181,7 +203,7 @@ def test_the_command_module_check_catches_an_import(tmp_path):
 
 
 def _synthesis_or_audit(m: str) -> bool:
-    return m == "t1.curate.audit" or m == "t1.synth" or m.startswith("t1.synth.")
+    return m.startswith("t1.curate.audit") or m == "t1.synth" or m.startswith("t1.synth.")
 
 
 def test_rollout_reaches_neither_synthesis_nor_audit_in_the_source():
@@ -212,22 +234,79 @@ def test_rollout_imports_neither_synthesis_nor_audit_at_run_time():
     assert r.returncode == 0, r.stderr
 
 
-def test_no_import_cycle_in_sandbox():
-    sandbox = graph(modules(REPO / "t1" / "sandbox", "t1.sandbox"))
-    found = cycles(sandbox)
-    if CYCLES_THROUGH is None:
-        assert found == []
-        return
-    assert found, f"no cycle runs through {CYCLES_THROUGH} any more: set CYCLES_THROUGH = None"
-    rest = {
-        n: {d: u for d, u in deps.items() if d != CYCLES_THROUGH}
-        for n, deps in sandbox.items()
-        if n != CYCLES_THROUGH
+def stage_of(module: str) -> str | None:
+    """The stage a module belongs to; None for the shared root modules and the top."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in STAGES else None
+
+
+def against_pipeline(g: dict[str, dict]) -> list[str]:
+    """Every import that runs against the pipeline, with where it is."""
+    bad = []
+    for n, deps in sorted(g.items()):
+        a = stage_of(n)
+        for d, uses in sorted(deps.items()):
+            b = stage_of(d)
+            if b is None or a == b:
+                continue
+            line = uses[0][1]
+            if a is None and n not in TOP:
+                bad.append(f"{n}:{line} imports {d}: a shared root module imports no stage")
+            elif a is not None and STAGES.index(b) > STAGES.index(a):
+                bad.append(f"{n}:{line} imports {d}: stage {b} comes after stage {a}")
+    return bad
+
+
+def test_every_module_is_a_stage_or_shared():
+    loose = [m for m in T1_MODULES if stage_of(m) is None and m not in SHARED | TOP]
+    assert loose == [], "a module outside the stage packages: put it in its stage"
+    assert {m.split(".")[1] for m in T1_MODULES if m.count(".") >= 1} == set(STAGES) | {
+        m.split(".")[1] for m in SHARED | TOP if m != "t1"
     }
-    assert cycles(rest) == [], f"an import cycle in t1/sandbox/ besides {CYCLES_THROUGH}'s"
-    # the layer format lives apart from its builder: bwrap reads layers, never builds them
-    assert "t1.sandbox.envbuild" not in reach(rest, "t1.sandbox.bwrap")
-    assert "t1.sandbox.bwrap" in reach(rest, "t1.sandbox.envbuild")
+
+
+def test_imports_follow_the_pipeline():
+    assert against_pipeline(T1) == []
+
+
+def test_the_pipeline_check_catches_an_import_against_it(tmp_path):
+    """Break it: the sandbox importing the agent loop, and a shared module importing a stage."""
+    lib = tmp_path / "lib.py"
+    lib.write_text("def f():\n    from t1.agent.loop import run_agent\n")
+    shared = tmp_path / "shared.py"
+    shared.write_text("from t1.tasks import load_task\n")
+    fake = {**T1_MODULES, "t1.sandbox.lib": lib, "t1.rng2": shared}
+    g = graph(fake, only={"t1.sandbox.lib", "t1.rng2"})
+    assert against_pipeline(g) == [
+        "t1.rng2:1 imports t1.tasks: a shared root module imports no stage",
+        "t1.sandbox.lib:2 imports t1.agent.loop: stage agent comes after stage sandbox",
+    ]
+    # along the pipeline is fine: the agent loop importing the sandbox
+    lib.write_text("from t1.sandbox import open_sandbox\n")
+    assert against_pipeline(graph({**T1_MODULES, "t1.agent.lib": lib}, only={"t1.agent.lib"})) == []
+
+
+def test_each_stage_says_what_it_may_import():
+    """The order stated in each stage's __init__.py and in t1/__init__.py is this test's."""
+    for i, name in enumerate(STAGES):
+        doc = " ".join(
+            (ast.get_docstring(ast.parse(T1_MODULES[f"t1.{name}"].read_text())) or "").split()
+        )
+        below = STAGES[:i]
+        may = (
+            "the shared root modules only"
+            if not below
+            else ("the shared root modules and " + ", ".join(below))
+        )
+        want = f"Pipeline stage {i + 1} of {len(STAGES)} (the order: t1/__init__.py). May import: {may}."
+        assert want in doc, f"t1/{name}/__init__.py: say {want!r}"
+    top = ast.get_docstring(ast.parse((REPO / "t1" / "__init__.py").read_text())) or ""
+    listed = [ln.split()[0] for ln in top.splitlines() if ln.startswith("    ") and ln.split()]
+    assert listed == list(STAGES)
+
+
+def test_no_import_cycle_in_t1():
+    assert cycles(T1) == []
 
 
 def test_the_cycle_check_sees_function_level_imports(tmp_path):

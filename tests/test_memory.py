@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from t1.config import Config, ModelConfig
-from t1.model import memory
-from t1.model.memory import QWEN35_122B, Layout, plan, search, tiny_spec
+from t1.model import memory, memory_breakdown
+from t1.model.memory import search
+from t1.model.memory_breakdown import Layout, plan
+from t1.model.memory_spec import QWEN35_122B, tiny_spec
 
 
 def test_122b_parameter_count_matches_the_paper():
@@ -58,7 +60,7 @@ def test_122b_fits_8xh200_nodes_within_95_gib_per_role():
     # The breakdown adds up, and the actor carries the logits the critic does not.
     for role in ("actor", "critic"):
         b = r["breakdown"][role]
-        assert b["total"] == pytest.approx(sum(b[k] for k in memory.ITEMS), abs=0.01)
+        assert b["total"] == pytest.approx(sum(b[k] for k in memory_breakdown.ITEMS), abs=0.01)
     assert r["breakdown"]["critic"]["logits"] == 0 < r["breakdown"]["actor"]["logits"]
 
 
@@ -72,7 +74,7 @@ def test_more_parallelism_and_recompute_lower_memory():
         < plan(QWEN35_122B, dataclasses.replace(base, recompute="selective"))["actor_gib"]
     )
     assert plan(QWEN35_122B, dataclasses.replace(base, dist_opt=False))["actor_gib"] > a
-    assert not memory.valid(QWEN35_122B, dataclasses.replace(base, tp=4))  # 2 KV heads
+    assert not memory_breakdown.valid(QWEN35_122B, dataclasses.replace(base, tp=4))  # 2 KV heads
 
 
 def test_cli_json_keys_and_exit_codes(tmp_path, capsys):

@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 
 from t1.cli import main as t1_main
-from t1.eval.report import FIGURES, render
+from t1.eval.report import render
+from t1.eval.report_plots import FIGURES
 from t1.eval.summary import block
 from t1.store.incidents import IncidentLog
 from t1.store.metrics_log import MetricsLog

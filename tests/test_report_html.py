@@ -23,8 +23,8 @@ import pytest
 from test_report import EVIL_CATEGORY, EVIL_TASK, make_run
 
 from t1.cli import main as t1_main
-from t1.eval.report import FIGURES
 from t1.eval.report_html import Document, Figure, Section, png_data_uri, to_html
+from t1.eval.report_plots import FIGURES
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "screenshot_report.sh"

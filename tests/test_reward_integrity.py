@@ -121,7 +121,8 @@ def test_with_the_guard_broken_forged_rewards_come_back(rows):
     verifier gave the same attacks the no-op score (rows). The names check flags the first
     forgery by itself, not the second."""
     from t1.tasks.env import open_task_sandbox, run_solution
-    from t1.verify.verifier import _score_in_shell, check_against
+    from t1.verify.in_shell import _score_in_shell
+    from t1.verify.result import check_against
 
     attacked, noop = rows
     want = ["test_outputs::test_app_dir_exists", *sorted(WORK)]

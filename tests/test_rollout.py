@@ -29,7 +29,7 @@ from t1.agent.trajectory import (
     load_trajectory,
     read_header,
 )
-from t1.bench.gap import replay_check
+from t1.bench.gap_replay import replay_check
 from t1.config import load_config
 from t1.engine.local import LocalEngine
 from t1.model.policy import load_policy
@@ -189,7 +189,7 @@ def test_replay_reproduces_rollout_routing_and_logprobs(rollout, tok):
     assert r["gap_replay_max"] < 0.5
     assert r["gap_replay"] <= r["gap_live"]
     # The guard broken (replay off): the experts used are the live ones, which differ from the
-    # engine's, and the gap grows (t1.bench.gap.replay_check, t1.model.routing). How far depends on
+    # engine's, and the gap grows (t1.bench.gap_replay.replay_check, t1.model.routing). How far depends on
     # the tokenizer and the sampled streams (max without replay: 0.24 and 0.51 in two runs of
     # the BPE v4 tokenizer, 2.3 with v3), so the check is against the replayed figures.
     off = replay_check(policy, segments, replay=False)

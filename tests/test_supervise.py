@@ -32,7 +32,7 @@ FAST = ["--backoff-s", "0.05", "--backoff-max-s", "1", "--kill-grace-s", "1", "-
 TRAINER = textwrap.dedent(
     """
     import os, random, sys, time
-    from t1.store.ckpt import CheckpointManager
+    from t1.store.ckpt_retention import CheckpointManager
     from t1.supervise.child import StopRequest, heartbeat, EXIT_REQUEUE
     root, total = sys.argv[1], int(sys.argv[2])
     stop = StopRequest()

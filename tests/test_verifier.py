@@ -13,16 +13,15 @@ from pathlib import Path
 import pytest
 
 from t1.tasks import load_task
-from t1.verify.verifier import (
-    PYTEST_ADDOPTS,
+from t1.verify.in_shell import PYTEST_ADDOPTS, verifier_command
+from t1.verify.outcomes import (
     Assertion,
-    VerifierResult,
     outcomes_from,
     parse_junit,
     parse_reward_file,
     parse_summary,
-    verifier_command,
 )
+from t1.verify.result import VerifierResult
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -244,7 +243,7 @@ def harness_run(tmp_path_factory):
     """The compartment's runner on the same test file: outcomes through its pipe only."""
     import sysconfig
 
-    from t1.verify.verifier import merge_records
+    from t1.verify.hardened import merge_records
 
     root = tmp_path_factory.mktemp("harness")
     (root / "tests").mkdir()
@@ -297,7 +296,7 @@ def test_harness_channel_gives_every_outcome_and_an_end_line(harness_run):
 
 
 def test_merge_records_teardown_error_fails_a_pass_and_a_missing_end_is_a_problem():
-    from t1.verify.verifier import merge_records
+    from t1.verify.hardened import merge_records
 
     recs = [
         {"name": "test_a.py::t", "when": "call", "outcome": "passed"},
@@ -317,7 +316,7 @@ def test_merge_records_teardown_error_fails_a_pass_and_a_missing_end_is_a_proble
 
 
 def test_reports_with_other_names_or_counts_are_tampered():
-    from t1.verify.verifier import check_against
+    from t1.verify.result import check_against
 
     want = ["test_outputs::test_a", "test_outputs::test_b", "test_outputs::test_c"]
     honest = VerifierResult([Assertion(n, "passed") for n in want], source="junit")
@@ -341,7 +340,7 @@ def test_recorded_names_come_from_the_pool_manifest(tmp_path):
     import json
     import shutil
 
-    from t1.verify.verifier import recorded_names
+    from t1.verify.result import recorded_names
 
     pool = tmp_path / "pool"
     shutil.copytree(REPO / "workflow/tasks/csv-summary", pool / "tasks" / "00000-csv-summary")
@@ -355,7 +354,7 @@ def test_recorded_names_come_from_the_pool_manifest(tmp_path):
 
 
 def test_pytest_plan_reads_targets_and_specs_from_the_script():
-    from t1.verify.verifier import pytest_plan
+    from t1.verify.pytest_plan import pytest_plan
 
     targets, specs = pytest_plan(load_task(REPO / "workflow/tasks/csv-summary"))
     assert targets == ["/tests/test_outputs.py"]
@@ -368,7 +367,7 @@ def test_pytest_plan_reads_targets_and_specs_from_the_script():
 def test_harness_env_drops_what_changes_reporting_and_keeps_the_task_env():
     """`base_env` is the sandbox's START environment (ours and the Dockerfile's), never what
     the agent exported in its shell."""
-    from t1.verify.verifier import harness_env
+    from t1.verify.pytest_plan import harness_env
 
     base = {
         "PATH": "/opt/t1/python/3.12/bin:/usr/local/bin:/usr/bin",
@@ -392,7 +391,7 @@ def test_harness_env_drops_what_changes_reporting_and_keeps_the_task_env():
 
 def test_bwrap_shares_tmp_root_home_from_host_dirs_for_the_compartment(tmp_path):
     from t1.sandbox.base import SandboxSpec
-    from t1.sandbox.bwrap import Plan, bwrap_args
+    from t1.sandbox.bwrap_plan import Plan, bwrap_args
 
     plan = Plan(root=tmp_path, workdir_host=tmp_path / "wd", logs_host=tmp_path / "logs")
     plan.shared = {d: tmp_path / "shared" / d.strip("/") for d in ("/tmp", "/root", "/home")}
@@ -408,8 +407,9 @@ def test_bwrap_shares_tmp_root_home_from_host_dirs_for_the_compartment(tmp_path)
 
 def test_compartment_args_private_tests_logs_harness_and_loader(tmp_path):
     from t1.sandbox.base import SandboxSpec
-    from t1.sandbox.bwrap import Plan
-    from t1.sandbox.compartment import HOST_VIEW, compartment_args
+    from t1.sandbox.bwrap_plan import Plan
+    from t1.sandbox.compartment import compartment_args
+    from t1.sandbox.hostview import HOST_VIEW
     from t1.sandbox.overlay import Overlay
 
     plan = Plan(root=tmp_path, workdir_host=tmp_path / "wd", logs_host=tmp_path / "logs")
@@ -435,7 +435,7 @@ def test_compartment_args_private_tests_logs_harness_and_loader(tmp_path):
 
 
 def test_pristine_argv_runs_the_hosts_python_by_its_own_loader():
-    from t1.sandbox.compartment import HOST_VIEW, Pristine
+    from t1.sandbox.hostview import HOST_VIEW, Pristine
 
     argv = Pristine.detect().argv("/usr/bin/python3")
     assert argv[0].startswith(HOST_VIEW + "/usr/") and "ld-linux" in argv[0]
@@ -444,7 +444,7 @@ def test_pristine_argv_runs_the_hosts_python_by_its_own_loader():
 
 
 def test_system_python_verifiers_see_the_agents_site_packages_last():
-    from t1.verify.verifier import _tail_paths
+    from t1.verify.pytest_plan import _tail_paths
 
     assert _tail_paths(load_task(REPO / "workflow/tasks/csv-summary")) == []  # uvx: isolated
     assert _tail_paths(load_task(REPO / "workflow/tasks/git-release")) == []  # uv run
@@ -457,7 +457,7 @@ def test_pool_records_the_reference_runs_assertion_names(tmp_path):
     import json
 
     from t1.curate.pool import build_pool
-    from t1.verify.verifier import recorded_names
+    from t1.verify.result import recorded_names
 
     names = ["test_outputs::test_a", "test_outputs::test_b"]
     row = {"task": "csv-summary", "agent": "oracle", "passed": 2, "total": 2, "resolved": True,
@@ -474,7 +474,7 @@ def test_pool_records_the_reference_runs_assertion_names(tmp_path):
 
 
 def test_ini_is_the_tasks_own_or_ours_never_a_planted_one(tmp_path):
-    from t1.verify.verifier import _ini
+    from t1.verify.pytest_plan import _ini
 
     assert _ini(tmp_path, "/run/t1/harness") == "/run/t1/harness/pytest.ini"
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers = slow\n")
@@ -484,7 +484,7 @@ def test_ini_is_the_tasks_own_or_ours_never_a_planted_one(tmp_path):
 def test_an_interrupted_run_fails_the_tests_it_never_reported():
     """SIGINT to the harness from a test's subprocess ends pytest early, with an end line;
     without the collected names the one passing test would be all there is (resolved)."""
-    from t1.verify.verifier import merge_records
+    from t1.verify.hardened import merge_records
 
     ran = [{"name": "test_a.py::t1", "when": "call", "outcome": "passed"}]
     end = [{"end": True, "exitstatus": 2, "collected": 3}]

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from t1.agent import chat
+from t1.agent.terminal import render_terminal
 from t1.agent.trajectory import Status, Trajectory, Turn
 from t1.config import AgentConfig
 from t1.engine.base import Engine, GenerateRequest, SamplingParams
@@ -71,8 +72,10 @@ def cap_observation(tokenizer, text: str, cap_tokens: int) -> str:
 
 
 def format_observation(exit_code: int, output: str, timed_out: bool) -> str:
+    """The tool response the policy reads: the output as a terminal shows it (progress bars
+    collapsed to their last state: t1/agent/terminal.py), then the exit code."""
     note = " (timed out, interrupted)" if timed_out else ""
-    return f"{output.rstrip()}\n[exit code {exit_code}{note}]"
+    return f"{render_terminal(output).rstrip()}\n[exit code {exit_code}{note}]"
 
 
 def run_agent(

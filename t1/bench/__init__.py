@@ -10,6 +10,10 @@
 
 Each benchmark module defines `add_arguments(parser)` and `main(args) -> int`. Figures go into
 LOG.md with the date and the command; tests never assert timings.
+
+Pipeline stage 16 of 17 (the order: t1/__init__.py). May import: the shared root modules and
+store, supervise, sandbox, tasks, verify, model, engine, agent, tito, rollout, ppo, train,
+synth, curate, run.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     t1 bench ckpt [--mb 512] [--dir DIR] [--repeat 3] [--slurm-segments 3] [--json FILE]
 
 1. Write: a checkpoint of --mb MiB (half an actor state dict -> safetensors, half an AdamW
-   state -> torch.save, plus the small JSON parts) with `t1.store.ckpt.write_checkpoint` (temp dir,
+   state -> torch.save, plus the small JSON parts) with `t1.store.ckpt_write.write_checkpoint` (temp dir,
    fsync, rename, manifest with sha256, marker), against `dd bs=8M conv=fsync` of the same
    number of bytes into the same directory, alternating, --repeat times each; medians and the
    ratio (target >= 0.5).
@@ -84,7 +84,8 @@ def _dd(path: Path, nbytes: int) -> float:
 
 
 def bench_write_and_resume(root: Path, mb: int, repeat: int) -> dict[str, Any]:
-    from t1.store.ckpt import latest_complete, write_checkpoint
+    from t1.store.ckpt import latest_complete
+    from t1.store.ckpt_write import write_checkpoint
 
     parts = _parts(mb)
     ckpt_mbs, dd_mbs = [], []

@@ -37,6 +37,10 @@ Policy. Without --policy, the config's tiny MoE is initialised and warm-started 
 `--sft-steps` steps of SFT on expert trajectories of the example tasks (reference solutions
 executed as tool calls, `t1 rollout --expert`), because a random init's nearly uniform
 logits make every gap tiny. `--sft-steps 0` measures the random init (said in the output).
+
+Where: the trainer-side forward and the gap, t1/bench/gap_forward.py; setting (a),
+t1/bench/gap_text.py; settings (b) and (c) with the replay and drift guards,
+t1/bench/gap_replay.py.
 """
 
 from __future__ import annotations
@@ -44,7 +48,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -54,208 +57,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from t1.agent import chat
 from t1.agent.trajectory import Status, Trajectory
-from t1.model import routing as rt
-from t1.ppo.metrics import train_inference_gap
+from t1.bench.gap_forward import _Pool
+from t1.bench.gap_replay import guard_checks, replay_check
+from t1.bench.gap_text import _TokenBytes, retokenized_gap
 from t1.records import write_json_atomic
-from t1.tito import Segment, TitoError, assemble
+from t1.tito import TitoError, assemble
 from t1.verify.reward import RewardSpec
 
 TRAINED = (Status.COMPLETED, Status.TRUNCATED)
 BENCH_REWARD = RewardSpec("dense", 10.0)  # the rewards play no part in the gap
-
-
-# ------------------------------------------------------------------ trainer-side forwards
-
-
-def forward_logp(
-    policy: torch.nn.Module, ids: Sequence[int], routing: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One full-sequence forward: (logp [T] of each id given the ids before it, 0 at t = 0;
-    the gates' live top-k before any replay [T, L, k]; the expert ids the experts modules
-    were called with [T, L, k]). `routing` int [T, L, k] (-1 = live) replays."""
-    from t1.train.hf import token_logp
-
-    x = torch.tensor([list(ids)], dtype=torch.long)
-    with (
-        torch.no_grad(),
-        rt.RoutingCapture(policy, stage="live") as live,
-        rt.RoutingCapture(policy, stage="used") as used,
-    ):
-        if routing is None:
-            logits = policy(input_ids=x, use_cache=False).logits
-        else:
-            r = torch.as_tensor(np.asarray(routing), dtype=torch.int16)[None]
-            with rt.replay(policy, r):
-                logits = policy(input_ids=x, use_cache=False).logits
-    return token_logp(logits, x)[0].numpy(), live.collect().numpy(), used.collect().numpy()
-
-
-def _gap(logp_train: np.ndarray, logp_rollout: np.ndarray, mask: np.ndarray) -> tuple[float, int]:
-    """(train_inference_gap, loss tokens) of one stream; arrays [T]."""
-    n = int(np.asarray(mask, bool).sum())
-    if n == 0:
-        return math.nan, 0
-    g = train_inference_gap(
-        torch.as_tensor(logp_train)[None],
-        torch.as_tensor(logp_rollout, dtype=torch.float64)[None],
-        torch.as_tensor(np.asarray(mask, bool))[None],
-    )
-    return g, n
-
-
-class _Pool:
-    """Token-weighted pooling of per-stream gaps (= one mask-weighted mean over all streams)."""
-
-    def __init__(self) -> None:
-        self.sum, self.n, self.max = 0.0, 0, 0.0
-
-    def add(self, gap: float, n: int, mx: float = 0.0) -> None:
-        if n:
-            self.sum += gap * n
-            self.n += n
-            self.max = max(self.max, mx)
-
-    @property
-    def mean(self) -> float:
-        return self.sum / self.n if self.n else math.nan
-
-
-def replay_check(
-    policy: torch.nn.Module, segments: Sequence[Segment], replay: bool = True
-) -> dict[str, Any]:
-    """Settings (b) and (c) on TITO segments, and the R3 replay check (issue 3 acceptance).
-
-    For each segment with a routing record: one forward with replay (`replay=False` breaks
-    the guard on purpose: the "replayed" forward then routes live) and one without. Counts,
-    over the non-placeholder positions (`positions`): `live_differs`, where the gates' own
-    live top-k in the replayed forward (before replay) differs from the record - the
-    mismatch R3 removes; `replay_mismatch`, where the experts actually called in that forward
-    differ from the record - 0 while replay works, `live_differs` with it off. Also the gaps
-    with / without replay (mean over the loss region, and the max |delta logp|).
-    """
-    out = {"segments": 0, "positions": 0, "loss_tokens": 0, "replay_mismatch": 0}
-    out["live_differs"] = 0
-    with_r3, without = _Pool(), _Pool()
-    for seg in segments:
-        if seg.routing is None:
-            continue
-        lp_r, live, used = forward_logp(policy, seg.ids, seg.routing if replay else None)
-        lp_l = forward_logp(policy, seg.ids)[0] if replay else lp_r
-        n_live, n = rt.mismatch(live, seg.routing)
-        out["segments"] += 1
-        out["positions"] += n
-        out["replay_mismatch"] += rt.mismatch(used, seg.routing)[0]
-        out["live_differs"] += n_live
-        mask = seg.loss_mask
-        for pool, lp in ((with_r3, lp_r), (without, lp_l)):
-            g, n = _gap(lp, seg.logprobs, mask)
-            pool.add(g, n, float(np.abs(lp - seg.logprobs)[mask].max()) if n else 0.0)
-        out["loss_tokens"] += int(mask.sum())
-    out["live_differs_rate"] = out["live_differs"] / out["positions"] if out["positions"] else 0.0
-    out.update(
-        gap_replay=with_r3.mean,
-        gap_replay_max=with_r3.max,
-        gap_live=without.mean,
-        gap_live_max=without.max,
-    )
-    return out
-
-
-# ------------------------------------------------------------------ setting (a): text
-
-
-def messages_of(traj: Trajectory, tokenizer) -> list[dict[str, Any]]:
-    """The trajectory as an OpenAI-style message list (system, user, assistant, tool, ...).
-
-    System and user contents are read back from the first prompt, which the chat template
-    rendered from exactly those two messages; raises ValueError when re-rendering them does
-    not give the first prompt's ids back."""
-    from t1.agent.tokenizer import IM_END, IM_START
-
-    first = tokenizer.decode(
-        traj.turns[0].prompt_ids.tolist(),
-        skip_special_tokens=False,
-        clean_up_tokenization_spaces=False,
-    )
-    sys_head, user_head = f"{IM_START}system\n", f"{IM_END}\n{IM_START}user\n"
-    tools_at = first.find("\n\n# Tools\n")
-    user_at = first.find(user_head)
-    if not first.startswith(sys_head) or tools_at < 0 or user_at < 0:
-        raise ValueError(f"{traj.task_id}: first prompt is not system + tools + user")
-    tail = f"{IM_END}\n{IM_START}assistant\n"
-    if not first.endswith(tail):
-        raise ValueError(f"{traj.task_id}: first prompt does not end with the generation prompt")
-    messages = chat.initial_messages(
-        first[user_at + len(user_head) : -len(tail)], first[len(sys_head) : tools_at]
-    )
-    if chat.render_ids(tokenizer, messages) != traj.turns[0].prompt_ids.tolist():
-        raise ValueError(f"{traj.task_id}: re-rendered first prompt differs from its ids")
-    for turn in traj.turns:
-        messages.append(
-            {"role": "assistant", "content": chat.turn_text(tokenizer, turn.sampled_ids)}
-        )
-        if len(turn.appended_ids):
-            messages.append({"role": "tool", "content": turn.observation})
-    return messages
-
-
-class _TokenBytes:
-    """Byte string of each token id (byte-level BPE: the token's characters mapped back)."""
-
-    def __init__(self, tokenizer) -> None:
-        from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-        self.tokenizer = tokenizer
-        self.inv = {c: b for b, c in bytes_to_unicode().items()}
-        self.cache: dict[int, int] = {}
-
-    def length(self, token_id: int) -> int:
-        n = self.cache.get(token_id)
-        if n is None:
-            s = self.tokenizer.convert_ids_to_tokens(int(token_id))
-            n = self.cache[token_id] = sum(1 if c in self.inv else len(c.encode()) for c in s)
-        return n
-
-    def offsets(self, ids: Sequence[int], start: int = 0) -> np.ndarray:
-        lens = np.fromiter((self.length(i) for i in ids), np.int64, len(ids))
-        return start + np.concatenate([[0], np.cumsum(lens)[:-1]]) if len(ids) else lens
-
-
-def retokenized_gap(
-    policy: torch.nn.Module, traj: Trajectory, tokenizer, nbytes: _TokenBytes | None = None
-) -> dict[str, Any]:
-    """Setting (a) for one trajectory: sum |delta logp| over matched tokens, matched, sampled."""
-    nbytes = nbytes or _TokenBytes(tokenizer)
-    messages = messages_of(traj, tokenizer)
-    full = chat.render_text(tokenizer, messages, add_generation_prompt=False)
-    ids = chat.encode(tokenizer, full)
-    r_off = nbytes.offsets(ids)
-    at = {int(o): j for j, o in enumerate(r_off)}
-    lp_train, _, _ = forward_logp(policy, ids)
-    train, rollout = [], []
-    sampled = 0
-    k = 0
-    for m, msg in enumerate(messages):
-        if msg["role"] != "assistant":
-            continue
-        turn = traj.turns[k]
-        k += 1
-        head = chat.render_text(tokenizer, messages[:m], add_generation_prompt=True)
-        if not full.startswith(head):
-            raise ValueError(f"{traj.task_id}: the template is not append-only at turn {k - 1}")
-        offs = nbytes.offsets(turn.sampled_ids.tolist(), len(head.encode()))
-        sampled += len(offs)
-        for i, (o, tid) in enumerate(zip(offs.tolist(), turn.sampled_ids.tolist(), strict=True)):
-            j = at.get(o)
-            if j is not None and j > 0 and ids[j] == tid:
-                train.append(lp_train[j])
-                rollout.append(turn.logprobs[i])
-    train_a, rollout_a = np.asarray(train), np.asarray(rollout, np.float64)
-    g, n = _gap(train_a, rollout_a, np.ones(len(train_a), bool))
-    mx = float(np.abs(train_a - rollout_a).max()) if n else 0.0
-    return {"gap": g, "matched": n, "sampled": sampled, "max": mx, "ids": ids}
 
 
 # ------------------------------------------------------------------ the three settings
@@ -309,54 +120,6 @@ def measure(policy: torch.nn.Module, trajs: Sequence[Trajectory], tokenizer) -> 
         },
         "routed_positions": bc["positions"],
         "guards": guard_checks(policy, [t for t in used if t.turns], segments, tokenizer, bc),
-    }
-
-
-def guard_checks(
-    policy: torch.nn.Module,
-    trajs: Sequence[Trajectory],
-    segments: Sequence[Segment],
-    tokenizer,
-    on: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The replay and drift checks on the same rollouts with their guard on and off.
-
-    replay: experts used vs the engine's capture with replay (on) and without (off);
-    drift: the loss ids of each turn's stream against the engine's own output ids, for the
-    sampled ids as recorded (on) and re-tokenized - decoded, then encoded again, as a
-    text-level pipeline does (off) - and, for the re-tokenized stream, the old check that
-    compared the loss ids with the ids the stream was built from (it sees nothing)."""
-    from t1.agent.trajectory import Turn
-    from t1.tito import Audit, audit_outputs
-
-    on = on or replay_check(policy, segments)
-    off = replay_check(policy, segments, replay=False)
-    drift = {"loss_tokens": 0, "on": 0, "off": 0, "off_old_check": 0, "turns_retokenized": 0}
-    for traj in trajs:
-        for t in traj.turns:
-            engine = t.sampled_ids if t.engine_ids is None else t.engine_ids
-            text = tokenizer.decode(t.sampled_ids.tolist(), skip_special_tokens=False)
-            again = chat.encode(tokenizer, text)
-            drift["turns_retokenized"] += again != t.sampled_ids.tolist()
-            for key, ids in (("on", t.sampled_ids), ("off", again)):
-                blind = Turn(t.prompt_ids, ids, np.zeros(len(ids), np.float32))
-                segs = assemble([blind], tokenizer).segments
-                audit = Audit()
-                audit_outputs(segs, [dataclasses.replace(blind, engine_ids=engine)], audit)
-                drift[key] += audit.drift_tokens
-                if key == "off":
-                    drift["off_old_check"] += assemble([blind], tokenizer).audit.drift_tokens
-                else:
-                    drift["loss_tokens"] += audit.loss_tokens
-    return {
-        "replay_mismatch_on": on["replay_mismatch"],
-        "replay_mismatch_off": off["replay_mismatch"],
-        "live_mismatch_on": on["live_differs"],
-        "live_mismatch_off": off["live_differs"],
-        "routed_positions": on["positions"],
-        "gap_max_on": on["gap_replay_max"],
-        "gap_max_off": off["gap_replay_max"],
-        "drift": drift,
     }
 
 

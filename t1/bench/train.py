@@ -226,7 +226,8 @@ def _memory_child(config: str | None, role: str, rows: int, seq: int) -> None:
 
 def bench_memory(config: str | None, rows: int, seq: int) -> dict[str, Any]:
     """Measured peak vs the planner's prediction for both roles (child processes)."""
-    from t1.model.memory import GIB, Layout, breakdown, tiny_spec
+    from t1.model.memory_breakdown import GIB, Layout, breakdown
+    from t1.model.memory_spec import tiny_spec
 
     cfg = _cfg(config)
     spec = dataclasses.replace(tiny_spec(cfg), seq_len=seq, micro_batch=rows)

@@ -5,6 +5,9 @@
 
 `t1 serve` (t1/engine/serve.py) puts the local engine behind SGLang's HTTP schema, so the
 `sglang` client runs for real without a GPU.
+
+Pipeline stage 7 of 17 (the order: t1/__init__.py). May import: the shared root modules and
+store, supervise, sandbox, tasks, verify, model.
 """
 
 from __future__ import annotations

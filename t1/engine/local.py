@@ -22,6 +22,9 @@ do at scale). Sampling: temperature, top-p, per-request `torch.Generator` seeded
 `SamplingParams.seed` (deterministic mode); logprob conventions in t1/engine/base.py. Decode
 numerics depend on which requests share a batch, so deterministic mode (`run.deterministic`)
 decodes one request at a time (`from_config`).
+
+Modules: this one holds the engine and its worker; sampling one token is
+t1/engine/sampling.py, the KV cache helpers (prefix match, batching) t1/engine/kv_cache.py.
 """
 
 from __future__ import annotations
@@ -37,6 +40,15 @@ import torch
 from torch import nn
 
 from t1.engine.base import GenerateRequest, GenerateResult
+from t1.engine.kv_cache import (
+    batchable,
+    common_prefix,
+    croppable,
+    first_of_session,
+    row_cache,
+    stack_caches,
+)
+from t1.engine.sampling import sample_token
 from t1.model import routing as rt
 from t1.model.policy import load_policy, torch_dtype
 
@@ -231,7 +243,7 @@ class LocalEngine:
 
     @torch.no_grad()
     def _generate_batch(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
-        rows = [self._start_row(r, seen) for seen, r in _first_of_session(requests)]
+        rows = [self._start_row(r, seen) for seen, r in first_of_session(requests)]
         with rt.RoutingCapture(self.model, enabled=self.capture) as cap:
             offset, logits = 0, []
             t0 = time.perf_counter()
@@ -247,7 +259,7 @@ class LocalEngine:
                 self._sample(row, lg[None])
                 if row.finish is None:
                     live.append(row)
-            groups = [live] if all(_batchable(r.cache) for r in live) else [[r] for r in live]
+            groups = [live] if all(batchable(r.cache) for r in live) else [[r] for r in live]
             offset = 0
             for group in groups:
                 if group:
@@ -264,8 +276,8 @@ class LocalEngine:
         if self.prefix_cache and req.session_id is not None and first_of_session:
             session = self._sessions.pop(req.session_id, None)
         if session is not None:
-            reuse = min(_common_prefix(session.tokens, req.input_ids), len(req.input_ids) - 1)
-            if reuse < len(session.tokens) and not _croppable(session.cache):
+            reuse = min(common_prefix(session.tokens, req.input_ids), len(req.input_ids) - 1)
+            if reuse < len(session.tokens) and not croppable(session.cache):
                 reuse = 0
             if reuse > 0:
                 drop = len(session.tokens) - reuse
@@ -288,7 +300,7 @@ class LocalEngine:
         """Decode `rows` together until each finishes; their caches are batched here.
 
         `captured` counts decode rows already in the capture; returns the new count."""
-        cache, pads = _stack_caches([r.cache for r in rows])
+        cache, pads = stack_caches([r.cache for r in rows])
         width = max(r.length for r in rows)
         mask = torch.ones(len(rows), width, dtype=torch.long)
         for b, pad in enumerate(pads):
@@ -318,7 +330,7 @@ class LocalEngine:
             keep = [i for i, r in enumerate(act) if r.finish is None]
             for i, r in enumerate(act):
                 if r.finish is not None:
-                    r.cache = cache if len(rows) == 1 else _row_cache(cache, i, pads[active[i]])
+                    r.cache = cache if len(rows) == 1 else row_cache(cache, i, pads[active[i]])
             if len(keep) < len(act):
                 if keep:
                     index = torch.tensor(keep, dtype=torch.long)
@@ -408,94 +420,3 @@ def processed_or_prompt(req: GenerateRequest, row: _Row) -> list[int]:
         )
     return tokens
 
-
-def sample_token(
-    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
-) -> tuple[int, float]:
-    """Draw one id from logits [V] (float32). Returns (id, log p(id) under logits / temperature).
-
-    temperature 0 -> argmax with the temperature-1 log-softmax; top_p < 1 samples from the
-    smallest set of ids whose probability reaches top_p (the logprob stays the untruncated one).
-    """
-    if temperature == 0:
-        logp = torch.log_softmax(logits, dim=-1)
-        token = int(torch.argmax(logits))
-        return token, float(logp[token])
-    logp = torch.log_softmax(logits / temperature, dim=-1)
-    probs = logp.exp()
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(descending=True)
-        cum = sorted_p.cumsum(0)
-        keep = cum - sorted_p < top_p  # always keeps the most likely id
-        probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
-    token = int(torch.multinomial(probs, 1, generator=generator))
-    return token, float(logp[token])
-
-
-# ------------------------------------------------------------ cache helpers
-
-
-def _first_of_session(requests: list[GenerateRequest]):
-    """Yield (is first request of its session in this batch, request)."""
-    seen: set[str] = set()
-    for r in requests:
-        first = r.session_id is None or r.session_id not in seen
-        if r.session_id is not None:
-            seen.add(r.session_id)
-        yield first, r
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    ta, tb = torch.tensor(a[:n]), torch.tensor(b[:n])
-    return int((ta != tb).nonzero()[0, 0])
-
-
-def _is_kv_layer(layer) -> bool:
-    from transformers.cache_utils import DynamicLayer
-
-    return type(layer) is DynamicLayer
-
-
-def _batchable(cache) -> bool:
-    return all(_is_kv_layer(layer) for layer in cache.layers)
-
-
-def _croppable(cache) -> bool:
-    return _batchable(cache)
-
-
-def _stack_caches(caches: list) -> tuple[object, list[int]]:
-    """Batch-1 KV caches of different lengths -> one left-padded cache + pad per row."""
-    from transformers.cache_utils import DynamicCache
-
-    if len(caches) == 1:
-        return caches[0], [0]
-    lengths = [c.get_seq_length() for c in caches]
-    width = max(lengths)
-    pads = [width - n for n in lengths]
-    data = []
-    for layer in range(len(caches[0].layers)):
-        keys, values = [], []
-        for c, pad in zip(caches, pads, strict=True):
-            k, v = c.layers[layer].keys, c.layers[layer].values
-            keys.append(torch.nn.functional.pad(k, (0, 0, pad, 0)))
-            values.append(torch.nn.functional.pad(v, (0, 0, pad, 0)))
-        data.append((torch.cat(keys), torch.cat(values)))
-    return DynamicCache(ddp_cache_data=data), pads
-
-
-def _row_cache(cache, index: int, pad: int):
-    """Row `index` of a batched cache, left padding removed, as a batch-1 cache."""
-    from transformers.cache_utils import DynamicCache
-
-    data = [
-        (
-            layer.keys[index : index + 1, :, pad:].clone(),
-            layer.values[index : index + 1, :, pad:].clone(),
-        )
-        for layer in cache.layers
-    ]
-    return DynamicCache(ddp_cache_data=data)

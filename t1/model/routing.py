@@ -50,7 +50,7 @@ stage "live" records the gate's own top-k before the replay overrides it - compa
 engine's capture, that is the train-inference routing mismatch R³ exists to remove - and stage
 "used" records the ids the experts module was really called with, which must equal the
 capture wherever it is not a placeholder (with replay off they are the live ids, and the
-check fails). t1.bench.gap.replay_check and the hf trainer (t1/train/hf.py) report both.
+check fails). t1.bench.gap_replay.replay_check and the hf trainer (t1/train/hf.py) report both.
 """
 
 from __future__ import annotations

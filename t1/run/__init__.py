@@ -1,1 +1,11 @@
-"""TODO"""
+"""The campaign's machinery: a run's pinned config and `t1 run-config` (`campaign`), a
+segment's plan (`plan`: trainer ranks and SGLang replicas on one Slurm allocation), `t1
+segment` (`segment`: K PPO steps from the newest checkpoint), the fleet's job steps
+(`segment_fleet`), and the layout and commands of one PPO step (`steps`).
+
+    t1 segment --config F --iter N --from DIR --out DONE [--dry-run]
+
+Pipeline stage 15 of 17 (the order: t1/__init__.py). May import: the shared root modules and
+store, supervise, sandbox, tasks, verify, model, engine, agent, tito, rollout, ppo, train,
+synth, curate.
+"""

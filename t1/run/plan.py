@@ -33,19 +33,19 @@ from t1.engine.allocation import (
     gpus_per_node,
     split_allocation,
 )
-from t1.model import memory
+from t1.model import memory, memory_breakdown, memory_spec
 
 RDZV_PORT = 29500
-GIB = memory.GIB
+GIB = memory_breakdown.GIB
 
 
-def model_spec(cfg) -> memory.ModelSpec:
+def model_spec(cfg) -> memory_spec.ModelSpec:
     """The planner's spec: the 122B preset when the model matches it, else the config's."""
-    p = memory.QWEN35_122B
+    p = memory_spec.QWEN35_122B
     m = cfg.model
     if (m.layers, m.hidden, m.experts, m.top_k) == (p.layers, p.hidden, p.experts, p.top_k):
         return p
-    return memory.tiny_spec(cfg)
+    return memory_spec.tiny_spec(cfg)
 
 
 def trainer_layout(cfg, nodes: int) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def trainer_layout(cfg, nodes: int) -> dict[str, Any]:
     spec = model_spec(cfg)
     budget = getattr(getattr(cfg, "train", None), "gpu_budget_gib", 95.0)
     if spec.framework == "hf":
-        res = memory.plan(spec, memory.Layout(1, 1, dist_opt=False))
+        res = memory_breakdown.plan(spec, memory_breakdown.Layout(1, 1, dist_opt=False))
         res.update(fits=True, budget_gib=budget, preset=spec.name)
         return res
     if cfg.campaign.gpu_mem_gib <= 0:

@@ -7,6 +7,9 @@
 
 `open_sandbox` starts the sandbox and returns it; use it as a context manager (or call
 `stop()`), so that every process of the sandbox is killed at the end.
+
+Pipeline stage 3 of 17 (the order: t1/__init__.py). May import: the shared root modules and
+store, supervise.
 """
 
 from __future__ import annotations

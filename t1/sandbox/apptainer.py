@@ -36,6 +36,7 @@ import tempfile
 from pathlib import Path
 
 from t1.sandbox.base import ExecResult, SandboxError, SandboxSpec
+from t1.sandbox.runtime import copy_path
 from t1.sandbox.shell import PtyShell, outer_loop
 
 log = logging.getLogger(__name__)
@@ -227,7 +228,8 @@ class ApptainerSandbox:
 
     def start(self) -> None:
         from t1.sandbox import provision
-        from t1.sandbox.bwrap import runtime_root, sandbox_env
+        from t1.sandbox.bwrap_plan import sandbox_env
+        from t1.sandbox.runtime import runtime_root
 
         if not have_apptainer():
             raise SandboxError(
@@ -284,7 +286,7 @@ class ApptainerSandbox:
     def put(self, src: Path, dst: str) -> None:
         assert self.root is not None
         tmp = self.root / "ctl" / "stage" / ("put-" + os.urandom(4).hex())
-        _copy(Path(src), tmp)
+        copy_path(Path(src), tmp)
         q = shlex.quote
         r = self.exec(
             f"command mkdir -p {q(str(Path(dst).parent))} && command cp -a {STAGE_INSIDE}/{tmp.name} {q(dst)}; "
@@ -300,7 +302,7 @@ class ApptainerSandbox:
         r = self.exec(f"command cp -a {shlex.quote(src)} {STAGE_INSIDE}/{name}", timeout=300)
         if r.exit_code != 0:
             raise SandboxError(f"get {src} failed ({r.exit_code}): {r.output.strip()}")
-        _copy(self.root / "ctl" / "stage" / name, Path(dst))
+        copy_path(self.root / "ctl" / "stage" / name, Path(dst))
 
     def stop(self) -> None:
         shell, self.shell = self.shell, None
@@ -326,11 +328,3 @@ class ApptainerSandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _copy(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if src.is_dir() and not src.is_symlink():
-        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
-    else:
-        shutil.copy2(src, dst, follow_symlinks=False)

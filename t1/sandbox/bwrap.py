@@ -36,222 +36,38 @@ Launch chain (bwrap's parent is this process; each step execs the next):
     sh -c 'reopen the pty as controlling tty; join cgroup; ulimit -f' -> bwrap ... ->
     bash job-control loop -> bash --rcfile /run/t1/rc -i   (t1.sandbox.shell's protocol)
 Non-root: no overlays and no cgroup (read-only binds, --unshare-user, prlimit --nproc).
+
+The layout and the bwrap argv (pure): t1.sandbox.bwrap_plan; where sandbox dirs live, the host
+tools that start them and their removal: t1.sandbox.runtime.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
 import shlex
 import shutil
-import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from t1.sandbox import mask as maskmod
 from t1.sandbox import overlay as ovl
 from t1.sandbox.base import ExecResult, SandboxError, SandboxSpec
+from t1.sandbox.bwrap_plan import (
+    CTL_INSIDE,
+    STAGE_INSIDE,
+    Plan,
+    bwrap_args,
+    plan_overlays,
+    sandbox_env,
+)
 from t1.sandbox.layer import load_layer, seed_workdir
 from t1.sandbox.limits import Cgroup, join_script, rlimit_prefix, ulimit_script
-from t1.sandbox.overlay import Overlay
+from t1.sandbox.runtime import _which, copy_path, remove_tree_later, runtime_root
 from t1.sandbox.shell import PtyShell, outer_loop
 
 log = logging.getLogger(__name__)
-
-CTL_INSIDE = "/run/t1"
-STAGE_INSIDE = "/run/t1/stage"
-PROVISION_INSIDE = "/opt/t1"
-BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-def runtime_root() -> Path:
-    """Where per-sandbox dirs (control, overlay upper/work, own workdir and logs) live.
-
-    $T1_SANDBOX_DIR, else /dev/shm/t1-sandbox when /dev/shm is a tmpfs (metadata work costs
-    nothing there, and what a sandbox writes into its copy-on-write dirs is charged to its
-    memory cgroup instead of filling the host's disk), else $TMPDIR/t1-sandbox.
-    """
-    name = "t1-sandbox" if os.geteuid() == 0 else f"t1-sandbox-{os.geteuid()}"
-    if "T1_SANDBOX_DIR" in os.environ:
-        return Path(os.environ["T1_SANDBOX_DIR"])
-    if _is_tmpfs(Path("/dev/shm")) and os.access("/dev/shm", os.W_OK):
-        return Path("/dev/shm") / name
-    return Path(tempfile.gettempdir()) / name
-
-
-@functools.cache
-def _is_tmpfs(path: Path) -> bool:
-    try:
-        for line in Path("/proc/self/mounts").read_text().splitlines():
-            parts = line.split()
-            if parts[1] == str(path):
-                return parts[2] == "tmpfs"
-    except OSError:
-        pass
-    return False
-
-
-def host_symlinks(host_root: Path = Path("/")) -> dict[str, str]:
-    """Top-level symlinks of the host that the sandbox recreates (merged-/usr: bin -> usr/bin)."""
-    out = {}
-    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-        p = host_root / name
-        if p.is_symlink():
-            out[name] = os.readlink(p)
-    return out
-
-
-@dataclass
-class Plan:
-    """Host-side layout of one sandbox: what to mount and what bwrap binds where."""
-
-    root: Path
-    overlays: dict[str, Overlay] = field(default_factory=dict)  # "usr" | "etc" | "var" | "/"
-    workdir_host: Path | None = None
-    logs_host: Path | None = None
-    provision: Path | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    shared: dict[str, Path] = field(default_factory=dict)  # /tmp, /root, /home -> host dirs
-
-    @property
-    def ctl(self) -> Path:
-        return self.root / "ctl"
-
-    @property
-    def stage(self) -> Path:
-        return self.root / "ctl" / "stage"
-
-
-def plan_overlays(
-    root: Path,
-    mask: Path | None,
-    env_layer: Path | None,
-    provision_layer: Path | None,
-    cow: bool,
-    build_into: Path | None = None,
-    host_root: Path = Path("/"),
-) -> dict[str, Overlay]:
-    """The overlays of a sandbox (pure: computes paths, mounts nothing).
-
-    build_into: an env layer being built; its dirs are the upper dirs (writes are kept).
-    """
-    out: dict[str, Overlay] = {}
-    for d in maskmod.SYSTEM_DIRS:
-        lowers = []
-        if env_layer is not None and (env_layer / d).is_dir():
-            lowers.append(env_layer / d)
-        if provision_layer is not None and (provision_layer / d).is_dir():
-            lowers.append(provision_layer / d)
-        if mask is not None:
-            lowers.append(mask / d)
-        lowers.append(host_root / d)
-        ov = Overlay(lowers=lowers, merged=root / "mnt" / d)
-        if build_into is not None:
-            ov.upper, ov.work = build_into / d, build_into / ".work" / d  # same filesystem
-        elif cow or len(lowers) == 1:
-            ov.upper, ov.work = root / "upper" / d, root / "work" / d
-        if ov.upper is None and len(lowers) == 1:
-            raise SandboxError("a read-only overlay needs two lower layers")
-        out[d] = ov
-    rootfs = env_layer / "rootfs" if env_layer is not None else None
-    if build_into is None and rootfs is not None and rootfs.is_dir() and any(rootfs.iterdir()):
-        out["/"] = Overlay(
-            lowers=[rootfs, root / "empty"],
-            merged=root / "mnt" / "rootfs",
-            upper=root / "upper" / "rootfs",
-            work=root / "work" / "rootfs",
-        )
-    return out
-
-
-def bwrap_args(
-    spec: SandboxSpec,
-    plan: Plan,
-    as_root: bool,
-    build_into: Path | None = None,
-    host_root: Path = Path("/"),
-) -> list[str]:
-    """The bwrap argument list (pure). Later binds override earlier ones."""
-    # bwrap run by real root KEEPS all capabilities unless told otherwise: drop them all
-    a = ["bwrap", "--die-with-parent", "--cap-drop", "ALL"]
-    if build_into is not None and as_root:
-        # an env build (a Dockerfile's RUN, as `docker build` runs it) may chown and chmod
-        # what it made, and write into it: `adduser` chowns the home it creates, chmods it
-        # and copies /etc/skel into it; the agent's sandbox never gets these (the mask hides
-        # host secrets from a build too; ro binds stay read-only)
-        for cap in ("CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE"):
-            a += ["--cap-add", cap]
-    a += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
-    if not spec.network:
-        a.append("--unshare-net")
-    if not as_root:
-        a += ["--unshare-user", "--uid", "0", "--gid", "0"]
-    a += ["--hostname", spec.hostname]
-    if build_into is not None:
-        a += ["--bind", str(build_into / "rootfs"), "/"]
-    elif "/" in plan.overlays:
-        a += ["--bind", str(plan.overlays["/"].merged), "/"]
-    for d in maskmod.SYSTEM_DIRS:
-        ov = plan.overlays.get(d)
-        if ov is None:
-            a += ["--ro-bind", str(host_root / d), f"/{d}"]
-        else:
-            a += ["--bind" if ov.upper is not None else "--ro-bind", str(ov.merged), f"/{d}"]
-    for name, target in host_symlinks(host_root).items():
-        a += ["--symlink", target, f"/{name}"]
-    a += ["--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
-    # /tmp (and /root, /home unless an env rootfs holds them) are host dirs, so that the
-    # verifier's compartment (t1.sandbox.compartment) sees what the agent left there
-    for inside, empty in (("/tmp", "--tmpfs"), ("/root", "--dir"), ("/home", "--dir")):
-        host = plan.shared.get(inside)
-        a += ["--bind", str(host), inside] if host is not None else [empty, inside]
-    a += ["--tmpfs", "/run", "--chmod", "0700", "/root"]
-    if plan.provision is not None:
-        a += ["--ro-bind", str(plan.provision), PROVISION_INSIDE]
-    if plan.workdir_host is not None:
-        a += ["--bind", str(plan.workdir_host), spec.workdir]
-    elif spec.workdir != "/":
-        a += ["--dir", spec.workdir]
-    if plan.logs_host is not None:
-        a += ["--bind", str(plan.logs_host), "/logs"]
-    a += ["--ro-bind", str(plan.ctl), CTL_INSIDE, "--bind", str(plan.stage), STAGE_INSIDE]
-    a += ["--chdir", spec.workdir]
-    return a
-
-
-def sandbox_env(
-    spec: SandboxSpec, layer_env: dict[str, str], provision_env: dict[str, str]
-) -> dict[str, str]:
-    """The environment the sandbox shell starts with (nothing of the host's leaks in)."""
-    env = {
-        "PATH": BASE_PATH,
-        "HOME": "/root",
-        "USER": "root",
-        "LOGNAME": "root",
-        "SHELL": "/bin/bash",
-        "TERM": "dumb",
-        "LANG": "C.UTF-8",
-        "HOSTNAME": spec.hostname,
-        "DEBIAN_FRONTEND": "noninteractive",
-        "T1_WORKDIR": spec.workdir,
-    }
-    prefix = provision_env.get("PATH")
-    env.update({k: v for k, v in provision_env.items() if k != "PATH"})
-    env.update(layer_env)
-    env.update(spec.env)
-    if prefix and prefix not in env["PATH"].split(":"):
-        env["PATH"] = prefix + ":" + env["PATH"]
-    if prefix and env.get("T1_IMAGE_PYTHON"):  # FROM python:X.Y: its `python`, `pip` (README)
-        from t1.sandbox.provision_shims import IMAGE_PYTHON_BIN
-
-        parts = [d for d in env["PATH"].split(":") if d != IMAGE_PYTHON_BIN]
-        at = parts.index(prefix) + 1 if prefix in parts else 0
-        env["PATH"] = ":".join(parts[:at] + [IMAGE_PYTHON_BIN] + parts[at:])
-    return env
 
 
 class BwrapSandbox:
@@ -438,11 +254,11 @@ class BwrapSandbox:
             raise FileNotFoundError(f"put: {src} does not exist")
         direct = self._direct(dst)
         if direct is not None:
-            _copy(src, direct)
+            copy_path(src, direct)
             return
         assert self.plan is not None
         tmp = self.plan.stage / ("put-" + os.urandom(4).hex())
-        _copy(src, tmp)
+        copy_path(src, tmp)
         q = shlex.quote
         staged = f"{STAGE_INSIDE}/{tmp.name}"
         if src.is_dir():  # dst becomes a copy of the directory (merged into one that exists)
@@ -463,7 +279,7 @@ class BwrapSandbox:
         dst = Path(dst)
         direct = self._direct(src)
         if direct is not None and direct.exists() and not direct.is_symlink():
-            _copy(direct, dst)
+            copy_path(direct, dst)
             return
         assert self.plan is not None
         name = "get-" + os.urandom(4).hex()
@@ -471,7 +287,7 @@ class BwrapSandbox:
         r = self.exec(f"command cp -a {q(src)} {STAGE_INSIDE}/{name}", timeout=300)
         if r.exit_code != 0:
             raise SandboxError(f"get {src} failed ({r.exit_code}): {r.output.strip()}")
-        _copy(self.plan.stage / name, dst)
+        copy_path(self.plan.stage / name, dst)
         shutil.rmtree(self.plan.stage / name, ignore_errors=True)
         (self.plan.stage / name).unlink(missing_ok=True)
 
@@ -517,43 +333,3 @@ class BwrapSandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-@functools.cache
-def _which(tool: str) -> str:
-    """Absolute host path of a launcher tool (the sandbox env's PATH is not the host's)."""
-    path = shutil.which(tool, path=BASE_PATH)
-    if path is None:
-        raise SandboxError(
-            f"{tool} is not installed on this host (needed to start bwrap sandboxes)"
-        )
-    return path
-
-
-def _copy(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if src.is_dir() and not src.is_symlink():
-        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
-    else:
-        shutil.copy2(src, dst, follow_symlinks=False)
-
-
-def remove_tree_later(root: Path) -> None:
-    """Rename a stopped sandbox's dir aside now and delete it on a background thread.
-
-    Deleting upper/work dirs costs tens of ms on a busy disk; stop() should not wait for it.
-    A trash dir left by a process that exits first is removed by the next gc_stale.
-    """
-    trash = root.with_name(".trash-" + root.name)
-    try:
-        root.rename(trash)
-    except OSError:
-        trash = root
-    threading.Thread(target=remove_tree, args=(trash,), name="t1-sandbox-rm", daemon=True).start()
-
-
-def remove_tree(root: Path) -> None:
-    """Remove a sandbox's host dir; overlay work dirs hold root-only `work/` subdirs."""
-    shutil.rmtree(root, ignore_errors=True)
-    if root.exists():
-        os.system(f"rm -rf {shlex.quote(str(root))}")  # noqa: S605 - fallback, path is ours

@@ -1,21 +1,15 @@
 """The verifier's compartment: a second bwrap over the agent's filesystem, none of its processes.
 
-    from t1.sandbox import compartment as comp
-    stopped = comp.stop_agent(sandbox.cgroup, sandbox.shell.proc.pid)   # services aside
-    site = comp.harness_site(provision_root, ["pytest==8.4.1", "requests"])
-    run = comp.run_compartment(sandbox, argv, env, tests_dir, vlogs_dir, harness_dir,
-                               timeout=120, netns_fd=stopped.netns_fd, site_dir=site)
+    from t1.sandbox.compartment import run_compartment
+    stopped = stop_agent(sandbox.cgroup, sandbox.shell.proc.pid)   # t1.sandbox.agent_stop
+    site = harness_site(provision_root, ["pytest==8.4.1", "requests"])  # t1.sandbox.hostview
+    run = run_compartment(sandbox, argv, env, tests_dir, vlogs_dir, harness_dir,
+                          timeout=120, netns_fd=stopped.netns_fd, site_dir=site)
     run.records, run.output, run.timed_out
 
-t1.verify.verifier uses this; there is no command of its own (`t1 oracle` exercises it).
-
-stop_agent: the agent's cgroup is frozen, every process in it is SIGKILLed except bwrap's own
-two (the launcher and the pid-1 init of the agent's pid namespace), the shell protocol's loop
-and the bash it runs (the loop's death would end the namespace; the verifier never uses that
-shell), and *services*: processes holding a listening TCP or unix socket (Terminal-Bench
-tasks check servers the agent left running). Repeated until nothing else is left, so a fork
-bomb or a double-forked daemon dies too. Services stay in the agent's namespaces: they never
-see what the verifier mounts.
+t1.verify.hardened uses this; there is no command of its own (`t1 oracle` exercises it).
+Stopping the agent first (services aside): t1.sandbox.agent_stop; the host's own system
+inside the compartment and the harness's pytest site: t1.sandbox.hostview.
 
 The compartment is `bwrap` started by this process (host binaries, never a file of the
 sandbox) in a new pid, ipc, uts and mount namespace, and in the agent's network namespace, so
@@ -47,7 +41,7 @@ harness makes it non-inheritable at once), its read end stays here.
 
 from __future__ import annotations
 
-import hashlib
+import json
 import logging
 import os
 import select
@@ -57,229 +51,22 @@ import stat
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from t1.sandbox import mask as maskmod
 from t1.sandbox import overlay as ovl
-from t1.sandbox.base import Limits, SandboxError
+from t1.sandbox.base import Limits
+from t1.sandbox.bwrap_plan import host_symlinks, system_dir_binds
+from t1.sandbox.hostview import HOST_VIEW
 from t1.sandbox.limits import Cgroup, join_script
 from t1.sandbox.overlay import Overlay
+from t1.sandbox.runtime import _which
 
 log = logging.getLogger(__name__)
 
-HOST_VIEW = "/run/t1/host"  # the host's /usr and /etc, read-only, inside the compartment
 HARNESS_INSIDE = "/run/t1/harness"
 TMP_INSIDE = "/run/t1/tmp"  # the harness's TMPDIR (tests still see the agent's /tmp)
-HARNESS_CACHE = Path("~/.cache/t1/harness").expanduser()
-LOOP_PREFIX = "/bin/bash --noprofile --norc -c set -m; while"  # t1.sandbox.shell.outer_loop
-_LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")
-
-
-# --------------------------------------------------------------------------- the pristine host
-
-
-@dataclass(frozen=True)
-class Pristine:
-    """How to start a host binary inside the compartment without the sandbox's loader or libs."""
-
-    loader: str  # host path of the dynamic loader (under /usr: merged-/usr hosts)
-    libdirs: tuple[str, ...]
-
-    @classmethod
-    def detect(cls) -> Pristine:
-        for cand in _LOADERS:
-            if os.path.exists(cand):
-                real = os.path.realpath(cand)
-                if not real.startswith("/usr/"):
-                    raise SandboxError(
-                        f"the verifier needs a merged-/usr host: the loader {cand} resolves to "
-                        f"{real}, outside /usr"
-                    )
-                return cls(real, (os.path.dirname(real), "/usr/lib"))
-        raise SandboxError(
-            f"no dynamic loader found on this host (looked for {', '.join(_LOADERS)})"
-        )
-
-    def argv(self, program: str) -> list[str]:
-        """argv prefix running host `program` (e.g. /usr/bin/python3) from the host view."""
-        real = os.path.realpath(program)
-        if not real.startswith("/usr/"):
-            raise SandboxError(f"{program} resolves to {real}, outside /usr")
-        inside = lambda p: HOST_VIEW + p  # noqa: E731
-        return [
-            inside(self.loader),
-            "--library-path",
-            ":".join(inside(d) for d in self.libdirs),
-            inside(real),
-        ]
-
-
-def harness_site(provision_root: Path, specs: list[str], cache: Path = HARNESS_CACHE) -> Path:
-    """A directory with pytest and `specs` installed for the host's python3 (cached by specs
-    and the wheelhouse's mtime).
-
-    Built on the host by the provisioned `uv` from the provisioned wheelhouse (offline), never
-    inside a sandbox. Raises SandboxError naming the spec that is not provisioned.
-    """
-    specs = sorted(set(specs))
-    wheels = Path(provision_root) / "wheels"
-    stamp = f"{wheels.resolve()}:{wheels.stat().st_mtime_ns if wheels.is_dir() else 0}"
-    key = hashlib.sha256("\n".join([stamp, *specs]).encode()).hexdigest()[:16]
-    out = Path(cache) / key
-    if (out / ".done").is_file():
-        return out
-    uv = Path(provision_root) / "libexec" / "uv"
-    if not uv.is_file():
-        raise SandboxError(f"{uv}: missing (run `t1 provision`): the verifier harness needs uv")
-    tmp = out.with_name(f".{key}.{os.getpid()}.{os.urandom(4).hex()}.tmp")  # threads build too
-    shutil.rmtree(tmp, ignore_errors=True)
-    cmd = [str(uv), "pip", "install", "--offline", "--no-index", "--quiet", "--find-links",
-           str(wheels), "--python", os.path.realpath("/usr/bin/python3"),
-           "--target", str(tmp), *specs]  # fmt: skip
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise SandboxError(
-            f"cannot build the verifier harness with {' '.join(specs)} from "
-            f"{provision_root}/wheels (add it with `t1 provision --pip SPEC`): "
-            f"{r.stderr.strip()[-500:]}"
-        )
-    (tmp / ".done").write_text("\n".join(specs) + "\n")
-    try:
-        os.replace(tmp, out)
-    except OSError:  # another process built it first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
-
-
-# --------------------------------------------------------------------------- stopping the agent
-
-
-@dataclass
-class Stopped:
-    """What stop_agent did: pids killed, services left running (pid -> command line)."""
-
-    killed: int = 0
-    services: dict[int, str] = field(default_factory=dict)
-    netns_fd: int | None = None  # an open handle on the agent's network namespace
-
-
-def _ppid(pid: int) -> int:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat.rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return -1
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return (
-            Path(f"/proc/{pid}/cmdline")
-            .read_bytes()
-            .replace(b"\0", b" ")
-            .decode(errors="replace")
-            .strip()
-        )
-    except OSError:
-        return ""
-
-
-def listening_inodes(pid: int) -> set[str]:
-    """Socket inodes listening in the network namespace of `pid` (TCP LISTEN, unix listening)."""
-    out: set[str] = set()
-    for name in ("tcp", "tcp6"):
-        try:
-            lines = Path(f"/proc/{pid}/net/{name}").read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split()
-            if len(parts) > 9 and parts[3] == "0A":
-                out.add(parts[9])
-    try:
-        for line in Path(f"/proc/{pid}/net/unix").read_text().splitlines()[1:]:
-            parts = line.split()  # Num RefCount Protocol Flags Type St Inode Path
-            if len(parts) > 6 and int(parts[3], 16) & 0x10000:  # __SO_ACCEPTCON
-                out.add(parts[6])
-    except (OSError, ValueError):
-        pass
-    return out
-
-
-def _holds_any(pid: int, inodes: set[str]) -> bool:
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if link.startswith("socket:[") and link[8:-1] in inodes:
-                return True
-    except OSError:
-        pass
-    return False
-
-
-def _freeze(cg: Cgroup, on: bool) -> None:
-    if "v2" in cg.dirs and (cg.dirs["v2"] / "cgroup.freeze").exists():
-        (cg.dirs["v2"] / "cgroup.freeze").write_text("1" if on else "0")
-    elif "freezer" in cg.dirs:
-        (cg.dirs["freezer"] / "freezer.state").write_text("FROZEN" if on else "THAWED")
-
-
-def stop_agent(cg: Cgroup | None, launcher_pid: int | None, rounds: int = 200) -> Stopped:
-    """Kill every process of the agent's cgroup but bwrap's own and the services (see module)."""
-    st = Stopped()
-    if cg is None or launcher_pid is None:
-        return st
-    own_net = os.stat("/proc/self/ns/net").st_ino
-    for _ in range(rounds):
-        try:
-            _freeze(cg, True)
-        except OSError:
-            pass
-        pids = cg.pids()
-        parent = {p: _ppid(p) for p in pids}
-        inner = [p for p in pids if parent[p] == launcher_pid]  # bwrap's pid-1 init
-        loops = [p for p in pids if parent[p] in inner and _cmdline(p).startswith(LOOP_PREFIX)]
-        keep = {launcher_pid, *inner, *loops, *(p for p in pids if parent[p] in loops)}
-        if st.netns_fd is None:
-            for p in inner:
-                try:
-                    if os.stat(f"/proc/{p}/ns/net").st_ino != own_net:
-                        st.netns_fd = os.open(f"/proc/{p}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-                        break
-                except OSError:
-                    continue
-        inodes = set().union(*(listening_inodes(p) for p in inner)) if inner else set()
-        victims = []
-        for p in pids - keep:
-            if inodes and _holds_any(p, inodes):
-                st.services.setdefault(p, _cmdline(p))
-            else:
-                victims.append(p)
-        for p in victims:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            _freeze(cg, False)
-        except OSError:
-            pass
-        if not victims:
-            break
-        st.killed += len(victims)
-        time.sleep(0.01)
-    else:
-        raise SandboxError(f"agent processes kept appearing after {rounds} kill rounds")
-    st.services = {p: c for p, c in st.services.items() if Path(f"/proc/{p}").exists()}
-    return st
-
-
-# --------------------------------------------------------------------------- the compartment
 
 
 def masked_in_layer(mask_dir: Path, host_root: Path, tops: tuple[str, ...]) -> list[str]:
@@ -329,8 +116,6 @@ def compartment_args(
 
     root_dir: the private root (`private_root`'s merged dir, /tests inside); else the agent's
     root (if any) and /tests a bind of `tests_dir`."""
-    from t1.sandbox.bwrap import host_symlinks
-
     a = ["bwrap", "--die-with-parent", "--cap-drop", "ALL"]
     if as_root:  # tests may drop to a task's unprivileged user (preexec setgid/setuid)
         a += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
@@ -345,12 +130,7 @@ def compartment_args(
         root = root_dir
     if root is not None:
         a += ["--bind", str(root), "/"]
-    for d in maskmod.SYSTEM_DIRS:
-        ov = plan.overlays.get(d)
-        if ov is None:
-            a += ["--ro-bind", str(host_root / d), f"/{d}"]
-        else:
-            a += ["--bind" if ov.upper is not None else "--ro-bind", str(ov.merged), f"/{d}"]
+    a += system_dir_binds(plan, host_root)
     for name, target in host_symlinks(host_root).items():
         if root is None or not os.path.lexists(root / name):  # the agent's bwrap made it there
             a += ["--symlink", target, f"/{name}"]
@@ -473,10 +253,6 @@ def run_compartment(
 
 def _run(sandbox, argv, env, tests_dir, vlogs_dir, harness_dir, timeout, netns_fd, channel,
          limits, output_cap, site_dir, as_root, share_net, proot, t0) -> CompartmentRun:  # fmt: skip
-    import json
-
-    from t1.sandbox.bwrap import _which
-
     inner = compartment_args(
         sandbox.plan, sandbox.spec, as_root, tests_dir, vlogs_dir, harness_dir, share_net,
         site_dir, root_dir=proot.merged if proot is not None else None,

@@ -32,12 +32,13 @@ import shlex
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from t1.records import write_json_atomic
 from t1.sandbox.base import Limits, SandboxError, SandboxSpec
-from t1.sandbox.bwrap import BASE_PATH, BwrapSandbox, host_symlinks
+from t1.sandbox.bwrap import BwrapSandbox
+from t1.sandbox.bwrap_plan import BASE_PATH, host_symlinks
+from t1.sandbox.dockerfile import Instruction, from_line, image_python, parse_instructions
 from t1.sandbox.layer import DIRS, META, SCHEMA_VERSION, EnvLayer, load_layer
 
 log = logging.getLogger(__name__)
@@ -61,51 +62,20 @@ class EnvBuildError(SandboxError):
     """A Dockerfile cannot be applied; the message names the file and line."""
 
 
-@dataclass(frozen=True)
-class Instruction:
-    cmd: str  # upper case
-    args: str  # raw argument text, continuation lines joined
-    line: int  # 1-based line of the instruction keyword
-
-
 # -- parsing (pure) ---------------------------------------------------------------------------
 
 
 def parse_dockerfile(text: str, source: str = "Dockerfile") -> list[Instruction]:
-    """Instructions with continuation lines joined and comments dropped."""
-    out: list[Instruction] = []
-    buf: list[str] = []
-    start = 0
-    for no, raw in enumerate(text.splitlines(), 1):
-        line = raw.rstrip()
-        stripped = line.lstrip()
-        if not buf and (not stripped or stripped.startswith("#")):
-            continue
-        if buf and stripped.startswith("#"):
-            continue  # comment lines inside a continuation are dropped
-        if not buf:
-            start = no
-        if line.endswith("\\"):
-            buf.append(line[:-1])
-            continue
-        buf.append(line)
-        out.append(_instruction(" ".join(s.strip() for s in buf if s.strip()), start, source))
-        buf = []
-    if buf:
-        out.append(_instruction(" ".join(s.strip() for s in buf if s.strip()), start, source))
+    """Instructions (t1.sandbox.dockerfile), each one this builder supports, else an error."""
+    out = parse_instructions(text)
+    for ins in out:
+        if not ins.cmd:
+            raise EnvBuildError(f"{source}:{ins.line}: cannot parse {ins.args[:60]!r}")
+        if ins.cmd not in SUPPORTED:
+            raise EnvBuildError(
+                f"{source}:{ins.line}: unsupported instruction {ins.cmd} (supported: {', '.join(sorted(SUPPORTED))})"
+            )
     return out
-
-
-def _instruction(text: str, line: int, source: str) -> Instruction:
-    m = re.match(r"(\w+)\s*(.*)", text, re.S)
-    if not m:
-        raise EnvBuildError(f"{source}:{line}: cannot parse {text[:60]!r}")
-    cmd = m.group(1).upper()
-    if cmd not in SUPPORTED:
-        raise EnvBuildError(
-            f"{source}:{line}: unsupported instruction {cmd} (supported: {', '.join(sorted(SUPPORTED))})"
-        )
-    return Instruction(cmd, m.group(2).strip(), line)
 
 
 def substitute(text: str, variables: dict[str, str]) -> str:
@@ -259,8 +229,7 @@ def _apply(
             f"{source}:{froms[1].line}: multi-stage builds (a second FROM) are not supported"
         )
     blog = open(layer / "build.log", "w")  # noqa: SIM115 - closed in finally
-    from t1.sandbox.needs import from_line, image_python  # python:X.Y -> python, pip (README)
-
+    # python:X.Y -> python, pip (README)
     image_py = image_python(from_line(froms[0].args)) if froms else None
     spec = SandboxSpec(
         workdir="/",

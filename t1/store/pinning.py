@@ -93,6 +93,17 @@ def pin_inputs(
     return data.get(SECTION, pinned)
 
 
-if __name__ == "__main__":
-    for arg in sys.argv[1:]:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m t1.store.pinning", description="print the digest of files / directories"
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH")
+    for arg in parser.parse_args(argv).paths:
         print(f"{digest(arg)}  {arg}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -10,4 +10,7 @@
 * `submit.py`     — submitit submission of a supervised command (Slurm or local executor).
 
 Importing this package imports nothing else: a child takes only `t1.supervise.child`.
+
+Pipeline stage 2 of 17 (the order: t1/__init__.py). May import: the shared root modules and
+store.
 """

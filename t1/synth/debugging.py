@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from t1.synth.devel import FUNCS, pick_spec
+from t1.synth.func_specs import FUNCS, pick_spec
 from t1.synth.steps import (
     ADJECTIVES,
     NOUNS,

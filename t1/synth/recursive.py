@@ -30,8 +30,8 @@ since task discovery skips names starting with "_" or "."):
 
 from __future__ import annotations
 
+import io
 import json
-import os
 import random
 import shutil
 import statistics
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from t1.progress import Progress
-from t1.records import write_json_atomic
+from t1.records import write_atomic, write_json_atomic
 from t1.store.metrics_log import MetricsLog
 from t1.synth.draft import Draft, extend, load_draft, metrics, render, seed_draft, with_step
 from t1.synth.validate import validate_many
@@ -370,7 +370,7 @@ def plot_rounds(table: list[dict[str, Any]], path: Path) -> None:
         ax.set_xlabel("round")
         ax.set_xticks(rounds)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=90)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
     plt.close(fig)
-    os.replace(tmp, path)
+    write_atomic(path, buf.getvalue())

@@ -95,7 +95,7 @@ def run_state(
 
 
 def _passing(outcomes: dict[str, str]) -> set[str]:
-    from t1.verify.verifier import PASSING
+    from t1.verify.outcomes import PASSING
 
     return {n for n, o in outcomes.items() if o in PASSING}
 

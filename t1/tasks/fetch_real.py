@@ -1,9 +1,9 @@
 """Re-create the set of real public Terminal-Bench tasks listed in a JSON file, from local git mirrors.
 
     python -m t1.tasks.fetch_real workflow/real-tasks.json \\
-        --mirror purple29th/purple29th-tbench-2=/work/.mirror/purple29th+purple29th-tbench-2/repo \\
-        --mirror rese1f/terminal-bench-datasets=/work/.mirror/rese1f+terminal-bench-datasets/repo \\
-        --out /work/tb-real          # -> /work/tb-real/v1/<name>, /work/tb-real/v2/<name>
+        --mirror purple29th/purple29th-tbench-2=GIT_DIR_A \\
+        --mirror rese1f/terminal-bench-datasets=GIT_DIR_B \\
+        --out OUT                    # -> OUT/v1/<name>, OUT/v2/<name>
 
 The list (schema_version 1) names, per task, the repository, commit, path inside it, layout
 (v1 `task.yaml` / v2 `task.toml`), a local name and the git tree id of the task directory.

@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from t1.sandbox.dockerfile import read_instructions
 from t1.tasks.model import (
     Environment,
     Problem,
@@ -168,41 +169,17 @@ def _require_file(path: Path, problems: list[Problem], what: str) -> bool:
 def dockerfile_workdir(dockerfile: Path) -> str:
     """The last WORKDIR of a Dockerfile (relative ones joined to the previous), else /app."""
     workdir: str | None = None
-    for line in _logical_lines(dockerfile.read_text(errors="replace")):
-        word, _, rest = line.partition(" ")
-        if word.upper() == "WORKDIR" and rest.strip():
-            arg = rest.strip().strip("\"'")
+    for ins in read_instructions(dockerfile):
+        if ins.cmd == "WORKDIR" and ins.args:
+            arg = ins.args.strip("\"'")
             base = PurePosixPath(workdir or "/")
             workdir = str(base / arg) if not arg.startswith("/") else arg
     return workdir or DEFAULT_WORKDIR
 
 
 def dockerfile_instructions(dockerfile: Path) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) of each logical line of a Dockerfile, upper-cased keyword."""
-    out = []
-    for line in _logical_lines(dockerfile.read_text(errors="replace")):
-        word, _, rest = line.partition(" ")
-        out.append((word.upper(), rest.strip()))
-    return out
-
-
-def _logical_lines(text: str) -> list[str]:
-    """Dockerfile lines with comments dropped and backslash continuations joined."""
-    lines, current = [], ""
-    for raw in text.splitlines():
-        stripped = raw.strip()
-        if stripped.startswith("#") and not current:
-            continue
-        if stripped.endswith("\\"):
-            current += stripped[:-1] + " "
-            continue
-        current += stripped
-        if current.strip():
-            lines.append(current.strip())
-        current = ""
-    if current.strip():
-        lines.append(current.strip())
-    return lines
+    """(INSTRUCTION, arguments) of each instruction of a Dockerfile (t1.sandbox.dockerfile)."""
+    return [(ins.cmd, ins.args) for ins in read_instructions(dockerfile)]
 
 
 def _parse_memory_mb(value: Any) -> int | None:

@@ -39,7 +39,8 @@ import time
 from pathlib import Path
 
 from t1.records import write_json_atomic
-from t1.sandbox.needs import TaskNeeds, task_needs
+from t1.sandbox.need_records import TaskNeeds
+from t1.sandbox.needs import task_needs
 from t1.sandbox.provision import DEFAULT_APT, DEFAULT_PIP, HOST_PYTHON, default_dir, write_scripts
 from t1.sandbox.provision_build import (
     _mkdir,

@@ -39,7 +39,8 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-from t1.sandbox.needs import TaskNeeds, task_needs
+from t1.sandbox.need_records import TaskNeeds
+from t1.sandbox.needs import task_needs
 
 NETWORK_POLICIES = ("never", "task")
 

@@ -3,10 +3,14 @@
     pytest tests/tito
     t1 tito-audit DIR [--json FILE]            (t1/tito/audit.py)
 
-    asm = assemble(traj.turns, tokenizer)       # or assemble_text_log(messages, tokenizer)
+    asm = assemble(traj.turns, tokenizer)       # or text_log.assemble_text_log(messages, tok)
     for seg in asm.segments:                    # usually one; a split starts a new one
         seg.ids, seg.loss_mask, seg.logprobs, seg.routing   # [T], [T], [T], int16 [T, L, k]
     asm.relations, asm.audit                    # per boundary; counters (Audit)
+
+Modules: this one assembles (and holds the provenance checks); the segments, counters and
+`TitoError` are t1/tito/segment.py, text-level logs t1/tito/text_log.py, the synthetic
+trajectory and the assembly benchmark t1/tito/synthetic.py.
 
 Invariants and relations: DESIGN §8; the relation tests live in t1/tito/relations.py. Each
 turn's prompt P is matched against the stream S so far (which ends with the turn before's
@@ -35,87 +39,25 @@ positions are exactly the sampled ones (drift 0, invariant 1).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from t1.agent.trajectory import Status, Trajectory, TrajectoryError, Turn
 from t1.tito import relations as R
+from t1.tito.segment import (
+    APPENDED,
+    PROMPT,
+    SAMPLED,
+    Assembly,
+    Audit,
+    Segment,
+    TitoError,
+    audit_outputs,
+)
 
-RELATIONS = ("strict", "normalized", "retokenized", "split")
-PROMPT, SAMPLED, APPENDED = 0, 1, 2
 DEFAULT_BACK, DEFAULT_AHEAD = 96, 16
-
-
-class TitoError(ValueError):
-    """The turns cannot be assembled without dropping or padding; the rollout is ABORTED."""
-
-
-@dataclass
-class Segment:
-    """One training stream.
-
-    ids        int32 [T]
-    loss_mask  bool [T]          True exactly at ids the sampler emitted
-    logprobs   float32 [T]       the sampler's logprob at loss positions, 0 elsewhere
-    routing    int16 [T, L, k] | None   expert ids, -1 = placeholder; None = no capture at all
-    """
-
-    ids: np.ndarray
-    loss_mask: np.ndarray
-    logprobs: np.ndarray
-    routing: np.ndarray | None
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-
-@dataclass
-class Audit:
-    """Counters of one or more assemblies (add with `merge`)."""
-
-    trajectories: int = 0
-    turns: int = 0
-    segments: int = 0
-    relations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RELATIONS, 0))
-    context_drift: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RELATIONS, 0))
-    positions: int = 0
-    loss_tokens: int = 0
-    drift_tokens: int = 0
-    placeholders: int = 0
-    placeholder_in_loss: int = 0  # loss positions with -1, the final one of a segment excepted
-    final_placeholders: int = 0  # final positions of segments that hold -1
-
-    def merge(self, other: Audit) -> None:
-        for name in ("trajectories", "turns", "segments", "positions", "loss_tokens"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("drift_tokens", "placeholders", "placeholder_in_loss", "final_placeholders"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for r in RELATIONS:
-            self.relations[r] += other.relations[r]
-            self.context_drift[r] += other.context_drift[r]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The `t1 tito-audit --json` keys."""
-        return {
-            "trajectories": self.trajectories,
-            "loss_tokens": self.loss_tokens,
-            "drift_tokens": self.drift_tokens,
-            "drift_rate": self.drift_tokens / self.loss_tokens if self.loss_tokens else 0.0,
-            "placeholder_rate": self.placeholders / self.positions if self.positions else 0.0,
-            "placeholder_in_loss": self.placeholder_in_loss,
-            "relations": dict(self.relations),
-        }
-
-
-@dataclass
-class Assembly:
-    segments: list[Segment]
-    relations: list[str]  # one per boundary: turns 1..n-1
-    audit: Audit
 
 
 class _Stream:
@@ -409,42 +351,6 @@ def _check_provenance(
         )
 
 
-def audit_outputs(segments: Sequence[Segment], turns: Sequence[Turn], audit: Audit) -> None:
-    """Count drift and placeholders from the finished segments and the turns alone.
-
-    Each turn's sampled ids land, in order, in exactly one segment's loss region, so the loss
-    ids of all segments concatenated must equal the ids the ENGINE returned for all turns
-    concatenated (`Turn.engine_ids`, kept apart from `sampled_ids` in the record; turns
-    without them fall back to `sampled_ids`, which makes the check weaker: a stream built
-    from re-tokenized `sampled_ids` would then agree with itself). The logprobs are compared
-    likewise; a mismatch or a length difference counts as drift.
-    """
-    empty = np.zeros(0, np.int32)
-    loss_ids = np.concatenate([s.ids[s.loss_mask] for s in segments] or [empty])
-    loss_lp = np.concatenate(
-        [s.logprobs[s.loss_mask] for s in segments] or [empty.astype(np.float32)]
-    )
-    sampled = np.concatenate(
-        [t.sampled_ids if t.engine_ids is None else t.engine_ids for t in turns] or [empty]
-    )
-    logprobs = np.concatenate([t.logprobs for t in turns] or [empty.astype(np.float32)])
-    n = min(len(loss_ids), len(sampled))
-    audit.drift_tokens += int((loss_ids[:n] != sampled[:n]).sum()) + abs(
-        len(loss_ids) - len(sampled)
-    )
-    audit.loss_tokens += int(len(loss_ids))
-    if len(loss_lp) == len(logprobs) and not np.array_equal(loss_lp, logprobs):
-        audit.drift_tokens += int((loss_lp != logprobs).sum())
-    for s in segments:
-        audit.positions += len(s)
-        if s.routing is None:
-            continue
-        hole = s.routing[:, 0, 0] < 0  # rows are written whole: a placeholder is -1 in every slot
-        audit.placeholders += int(hole.sum())
-        audit.final_placeholders += int(hole[-1])
-        audit.placeholder_in_loss += int((hole[:-1] & s.loss_mask[:-1]).sum())
-
-
 def assemble_trajectory(
     traj: Trajectory, tokenizer=None, back: int = DEFAULT_BACK, ahead: int = DEFAULT_AHEAD
 ) -> Assembly:
@@ -464,111 +370,3 @@ def assemble_or_abort(
     except TitoError as e:
         traj.status, traj.reason, traj.reward = Status.ABORTED, f"tito: {e}", None
         return None
-
-
-# ------------------------------------------------------------------------------ text-level logs
-
-
-def turns_from_text_log(
-    messages: Sequence[dict[str, Any]], tokenizer, **template_options: Any
-) -> list[Turn]:
-    """Turns of an OpenAI-style log, each prompt re-rendered as text and tokenized (a server).
-
-    Assistant messages that were sampled carry `token_ids` and `logprobs` (and optionally
-    `routing` [rows, layers, k] with `routing_start`); their `content` (and `tool_calls`,
-    `reasoning_content`) is what the server stored. The prompt of each is the chat template
-    over the messages before it with the generation prompt (`template_options` select the
-    server's template variant: t1.agent.chat.render_text).
-    """
-    from t1.agent.chat import render_ids
-
-    turns = []
-    for k, msg in enumerate(messages):
-        if msg.get("role") != "assistant" or "token_ids" not in msg:
-            continue
-        routing = msg.get("routing")
-        turns.append(
-            Turn(
-                prompt_ids=render_ids(tokenizer, messages[:k], True, **template_options),
-                sampled_ids=msg["token_ids"],
-                engine_ids=msg["token_ids"],  # the server's own ids: the drift reference
-                logprobs=msg.get("logprobs", []),
-                routing=None if routing is None else np.asarray(routing),
-                routing_start=int(msg.get("routing_start", 0)),
-            )
-        )
-    return turns
-
-
-def assemble_text_log(
-    messages: Sequence[dict[str, Any]],
-    tokenizer,
-    back: int = DEFAULT_BACK,
-    ahead: int = DEFAULT_AHEAD,
-    **template_options: Any,
-) -> Assembly:
-    return assemble(
-        turns_from_text_log(messages, tokenizer, **template_options), tokenizer, back, ahead
-    )
-
-
-# ------------------------------------------------------------------------------ benchmark
-
-
-def synthetic_turns(
-    tokenizer, n_turns: int = 300, layers: int = 48, k: int = 8, seed: int = 0
-) -> list[Turn]:
-    """A long trajectory built by our loop (ids appended), with SGLang-style routing captures."""
-    from t1.agent import chat
-
-    rng = np.random.default_rng(seed)
-    prompt = chat.prompt_ids(
-        tokenizer, chat.initial_messages("Find every TODO in the repo and fix it.")
-    )
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    turns, start = [], 0
-    for i in range(n_turns):
-        text = f"Step {i}: look at the next file.\n" + chat.tool_call_text(
-            f"grep -n TODO src/mod_{i}.py | head -20"
-        )
-        sampled = chat.encode(tokenizer, text) + [im_end]
-        obs = "".join(f"src/mod_{i}.py:{j * 7}: # TODO case {j}\n" for j in range(2))
-        rows = len(prompt) + len(sampled) - 1 - start
-        routing = rng.integers(0, 256, (rows, layers, k), dtype=np.uint8)
-        nxt, appended = (
-            chat.next_prompt(tokenizer, prompt, sampled, obs) if i < n_turns - 1 else (None, [])
-        )
-        turns.append(
-            Turn(prompt, sampled, rng.normal(-1, 0.5, len(sampled)), routing, start, appended)
-        )
-        start = len(prompt) + len(sampled) - 1
-        prompt = nxt
-    return turns
-
-
-def bench_assembly(tokenizer=None, n_turns: int = 300, repeats: int = 3) -> dict[str, Any]:
-    """Time `assemble` on a synthetic ~33k-token, 300-turn trajectory vs one `encode` of its text."""
-    if tokenizer is None:
-        from t1.agent.tokenizer_train import bpe_tokenizer
-
-        tokenizer = bpe_tokenizer()
-    turns = synthetic_turns(tokenizer, n_turns)
-    asm_s, enc_s = [], []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        asm = assemble(turns, tokenizer)
-        asm_s.append(time.perf_counter() - t0)
-    text = tokenizer.decode(asm.segments[0].ids.tolist(), skip_special_tokens=False)
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        tokenizer.encode(text, add_special_tokens=False)
-        enc_s.append(time.perf_counter() - t0)
-    return {
-        "turns": n_turns,
-        "tokens": int(len(asm.segments[0])),
-        "loss_tokens": asm.audit.loss_tokens,
-        "relations": asm.audit.relations,
-        "assemble_s": min(asm_s),
-        "encode_s": min(enc_s),
-        "ratio": min(asm_s) / min(enc_s),
-    }

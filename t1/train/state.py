@@ -33,7 +33,8 @@ import torch
 
 from t1.config import Config
 from t1.records import write_json_atomic
-from t1.store.ckpt import Checkpoint, CheckpointManager, latest_complete
+from t1.store.ckpt import Checkpoint, latest_complete
+from t1.store.ckpt_retention import CheckpointManager
 from t1.supervise.child import heartbeat
 from t1.train.batch import Row, collate
 from t1.train.hf import HFTrainer

@@ -44,8 +44,9 @@ from t1.records import write_json_atomic
 from t1.sandbox import Limits
 from t1.tasks import Task, TaskError, check_task, find_tasks, load_task
 from t1.tasks.env import open_task_sandbox, run_solution
+from t1.verify.result import VerifierResult
 from t1.verify.reward import RewardSpec
-from t1.verify.verifier import VerifierResult, score_in_sandbox
+from t1.verify.verifier import score_in_sandbox
 
 __all__ = ["run_task"]
 

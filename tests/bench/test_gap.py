@@ -11,7 +11,8 @@ import torch
 from t1.agent import chat
 from t1.agent.tokenizer_train import bpe_tokenizer
 from t1.agent.trajectory import Status, Trajectory, Turn
-from t1.bench.gap import forward_logp, messages_of, retokenized_gap
+from t1.bench.gap_forward import forward_logp
+from t1.bench.gap_text import messages_of, retokenized_gap
 from t1.config import ModelConfig
 from t1.model.policy import build_policy
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from t1.agent.trajectory import Status, find_trajectories, load_trajectory
-from t1.eval.ablations import NOT_MEASURABLE, check_filled
+from t1.eval.ablations_rows import NOT_MEASURABLE, check_filled
 from t1.store.metrics_log import read_events
 
 REPO = Path(__file__).resolve().parents[2]

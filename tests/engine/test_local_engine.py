@@ -11,7 +11,8 @@ import torch
 
 from t1.config import ModelConfig
 from t1.engine.base import Engine, GenerateRequest, SamplingParams
-from t1.engine.local import LocalEngine, sample_token
+from t1.engine.local import LocalEngine
+from t1.engine.sampling import sample_token
 from t1.model import routing as rt
 from t1.model.policy import build_policy, save_policy
 

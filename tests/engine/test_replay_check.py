@@ -12,7 +12,7 @@ R3 exists to remove - and each check below is shown to fail when replay is switc
   (0 with replay; equal to the live mismatch without);
 * the logprob gap over the loss region: its max within bf16 tolerance with replay, above it
   without (the threshold is chosen so that replay off fails it), and the mean lower with.
-Both `t1.bench.gap.replay_check` and the hf trainer's per-step `routing_check` are tested.
+Both `t1.bench.gap_replay.replay_check` and the hf trainer's per-step `routing_check` are tested.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from t1.bench.gap import replay_check
+from t1.bench.gap_replay import replay_check
 from t1.config import ModelConfig
 from t1.engine.base import GenerateRequest, SamplingParams
 from t1.engine.local import LocalEngine

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from t1.sandbox.base import Limits, SandboxSpec
-from t1.sandbox.bwrap import Plan, bwrap_args, plan_overlays, sandbox_env
+from t1.sandbox.bwrap_plan import Plan, bwrap_args, plan_overlays, sandbox_env
 from t1.sandbox.limits import Cgroup, join_script, rlimit_prefix, ulimit_script
 from t1.sandbox.overlay import MountError, Overlay
 

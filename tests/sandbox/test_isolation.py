@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from t1.sandbox import Limits, SandboxError, SandboxSpec, open_sandbox
-from t1.sandbox.bwrap import runtime_root
+from t1.sandbox.runtime import runtime_root
 
 pytestmark = [pytest.mark.integration]
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from t1.sandbox.needs import image_python, script_needs, task_needs
+from t1.sandbox.dockerfile import image_python
+from t1.sandbox.needs import script_needs, task_needs
 from t1.sandbox.shellwords import simple_commands
 from t1.tasks import load_task
 

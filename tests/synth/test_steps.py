@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
-from t1.curate.audit import alignment, checked_literals
+from t1.curate.audit_alignment import alignment, checked_literals
 from t1.synth import draft
-from t1.synth.devel import FUNCS
+from t1.synth.func_specs import FUNCS
 from t1.synth.steps import CATEGORIES, NotApplicable, StepContext, library
 
 

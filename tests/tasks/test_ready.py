@@ -145,8 +145,9 @@ def test_report_shows_the_excluded_tasks(tmp_path):
     pool = tmp_path / "run" / "pool" / "eval"
     pool.mkdir(parents=True)
     (pool / "manifest.json").write_text(json.dumps({"offline": manifest_record(3, [r], "never")}))
-    from t1.eval.report import markdown, not_ready_section
+    from t1.eval.report import not_ready_section
     from t1.eval.report_html import Document
+    from t1.eval.report_markdown import markdown
 
     text = markdown(Document("run", [not_ready_section(tmp_path / "run")]))
     assert "Pool `eval`: 1 of 3 tasks not ready" in text and "| kv | pip grpcio==1.73.0" in text

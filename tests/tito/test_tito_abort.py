@@ -12,14 +12,8 @@ from tito_helpers import own_loop_turns
 
 from t1.agent import chat
 from t1.agent.trajectory import Status, Trajectory
-from t1.tito.stream import (
-    PROMPT,
-    TitoError,
-    _check_provenance,
-    _Stream,
-    assemble,
-    assemble_or_abort,
-)
+from t1.tito.segment import PROMPT, TitoError
+from t1.tito.stream import _check_provenance, _Stream, assemble, assemble_or_abort
 
 CALL = chat.tool_call_text("ls")
 OBS = ["a.txt\n", "1\n"]

@@ -10,7 +10,7 @@ Format: ROOT/step_N/rank_RRRRR.bin (a torch file: this rank's actor and critic s
 megatron names (convert.local_state), both optimizers' state, its RNG states, the shuffling
 generator, counters, and the layout) + manifest.json (sha256 of every rank's file, the layout,
 `progress`) + COMPLETE. Rank 0 makes the temporary directory, every rank writes and fsyncs its
-file, a barrier, then rank 0 seals it (t1.store.ckpt.seal_checkpoint: manifest, rename, marker) and a
+file, a barrier, then rank 0 seals it (t1.store.ckpt_write.seal_checkpoint: manifest, rename, marker) and a
 barrier again: a crash anywhere before the marker leaves nothing that counts. Resuming needs
 the same layout (world, TP, PP, EP, ETP) and refuses another one naming the checkpoint; the
 state is restored exactly, so a resumed run repeats the uninterrupted one bit for bit in
@@ -38,7 +38,8 @@ import torch
 import torch.distributed as dist
 
 from t1.rng import capture_rng, restore_rng
-from t1.store.ckpt import Checkpoint, begin_checkpoint, latest_complete, seal_checkpoint
+from t1.store.ckpt import Checkpoint, latest_complete
+from t1.store.ckpt_write import begin_checkpoint, seal_checkpoint
 
 SCHEMA_VERSION = 1
 

@@ -5,7 +5,9 @@
     trainer = build(cfg, actor, critic)    # HFTrainer or MegatronTrainer per train.backend
 
 `check_plan` runs t1.model.memory's planner on the config's model (`tiny_spec`: the `model:` section,
-the tokenizer's vocabulary, agent.context_tokens, ppo.minibatch) for the chosen backend:
+the tokenizer's vocabulary, agent.context_tokens, ppo.minibatch; with `model.init_from` the
+checkpoint's architecture, t1.model.spec, after refusing a `model:` section that contradicts
+it) for the chosen backend:
 * hf: one process holds everything (fp32 weights, grads, Adam). If the actor or the critic
   needs more than `train.gpu_budget_gib`, refuse: such a model needs train.backend megatron.
 * megatron: the layout of train.* (TP, PP, EP, ETP) on train.gpus (DP follows), activation
@@ -26,15 +28,16 @@ class PlanError(ValueError):
 
 
 def plan_for(cfg: Config) -> dict[str, Any]:
-    from t1.model import memory
+    from t1.model import memory_breakdown
+    from t1.model.spec import memory_spec
 
     t = cfg.train
-    spec = dataclasses.replace(memory.tiny_spec(cfg), name=f"{cfg.model.arch} ({t.backend})")
+    spec = dataclasses.replace(memory_spec(cfg), name=f"{cfg.model.arch} ({t.backend})")
     if t.backend == "hf":
-        lay = memory.Layout(1, 1, dist_opt=False)
+        lay = memory_breakdown.Layout(1, 1, dist_opt=False)
     else:
         spec = dataclasses.replace(spec, framework="megatron")
-        lay = memory.Layout(
+        lay = memory_breakdown.Layout(
             1,
             t.gpus,
             tp=t.tensor_parallel,
@@ -43,12 +46,12 @@ def plan_for(cfg: Config) -> dict[str, Any]:
             etp=t.expert_tensor_parallel,
             recompute="full" if t.recompute else "none",
         )
-        if not memory.valid(spec, lay):
+        if not memory_breakdown.valid(spec, lay):
             raise PlanError(
                 f"train: layout tp={lay.tp} pp={lay.pp} ep={lay.ep} etp={lay.etp} on "
                 f"{lay.world} GPUs does not divide the model (layers, experts, heads)"
             )
-    return memory.plan(spec, lay)
+    return memory_breakdown.plan(spec, lay)
 
 
 def check_plan(cfg: Config) -> dict[str, Any]:
@@ -62,6 +65,9 @@ def check_plan(cfg: Config) -> dict[str, Any]:
             "megatron-core 0.16.1's schedules allocate on device 'cuda'); use tensor/expert "
             "parallelism"
         )
+    from t1.model.spec import resolve
+
+    cfg = resolve(cfg)  # model.init_from: SpecMismatch naming every disagreeing key
     res = plan_for(cfg)
     budget = cfg.train.gpu_budget_gib
     for role in ("actor", "critic"):

@@ -26,7 +26,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from t1.store.ckpt import latest_complete, prune
+from t1.store.ckpt import latest_complete
+from t1.store.ckpt_retention import prune
 from t1.store.incidents import IncidentLog
 from t1.train.megatron.checkpoint import LayoutChanged
 from t1.train.state import SCHEMA_VERSION, StageDir

@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/data/attacks/measure_legacy.py [--json FILE]
 
-The old way = the task's script run in the agent's own shell (t1.verify.verifier._score_in_shell,
+The old way = the task's script run in the agent's own shell (t1.verify.in_shell._score_in_shell,
 still the path of backends without a compartment), reward passed / 10 unclipped.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from t1.tasks import load_task
 from t1.tasks.env import open_task_sandbox, run_solution
-from t1.verify.verifier import _score_in_shell
+from t1.verify.in_shell import _score_in_shell
 
 HERE = Path(__file__).resolve().parent
 

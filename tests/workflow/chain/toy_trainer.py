@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from t1.store.ckpt import CheckpointManager
+from t1.store.ckpt_retention import CheckpointManager
 from t1.supervise.child import EXIT_REQUEUE, StopRequest, heartbeat
 
 

@@ -1,0 +1,201 @@
+"""The hardened path: stop the agent, run the verifier in the compartment, read its channel.
+
+    result = _score_hardened(task, sandbox, timeout)     # via score_in_sandbox (bwrap only)
+
+What it defends and how: t1.verify.verifier (the module docstring); the compartment's mounts:
+t1.sandbox.compartment; the runner inside: t1.verify.harness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import threading
+import time
+from pathlib import Path
+
+from t1.tasks.model import Task
+from t1.verify.in_shell import TESTS_DIR
+from t1.verify.outcomes import OUTCOMES, PASSING, Assertion, _nodeid_name, outcomes_from
+from t1.verify.pytest_plan import _ini, _tail_paths, harness_env, pytest_plan
+from t1.verify.result import _MAX_READ_BYTES, OUTPUT_KEEP_CHARS, VerifierResult
+
+HARNESS_SOURCE = Path(__file__).with_name("harness.py")
+PYTEST_INI = (
+    "[pytest]\n"  # our own: a pytest.ini / pyproject.toml / setup.cfg planted anywhere is not read
+)
+
+
+def merge_records(records: list[dict]) -> tuple[list[Assertion], str | None]:
+    """Assertions from the harness's channel records; (…, problem) when there is no end line.
+
+    A collected test without an outcome (the run was interrupted) counts as failed, so an
+    interrupted run never reports fewer assertions than the task has.
+    """
+    merged: dict[str, str] = {}
+    collected: list[str] = []
+    end = None
+    for rec in records:
+        if rec.get("end"):
+            end = rec
+            break
+        if isinstance(rec.get("collected"), list):
+            collected += [_nodeid_name(str(n)) for n in rec["collected"]]
+            continue
+        name, outcome = rec.get("name"), rec.get("outcome")
+        if not isinstance(name, str) or outcome not in OUTCOMES:
+            return [], f"malformed harness record {rec!r}"
+        name = _nodeid_name(name)
+        prev = merged.get(name)  # a teardown error fails a test whose call passed
+        if prev is None or (prev in PASSING and outcome not in PASSING):
+            merged[name] = outcome
+    for name in collected:
+        merged.setdefault(name, "failed")
+    out = [Assertion(n, o) for n, o in merged.items()]
+    if end is None:
+        return out, "the harness ended without its end record (killed, or pytest crashed)"
+    return out, None
+
+
+def _score_hardened(task: Task, sandbox, timeout: float | None) -> VerifierResult:
+    """Stop the agent, then run the verifier in the compartment (t1.sandbox.compartment)."""
+    from t1.sandbox.agent_stop import stop_agent
+    from t1.sandbox.compartment import HARNESS_INSIDE, run_compartment
+    from t1.sandbox.hostview import Pristine, harness_site
+    from t1.sandbox.provision import locate
+
+    t0 = time.monotonic()
+    timeout = timeout or task.verifier_timeout_s
+    notes: list[str] = []
+    shell = sandbox.shell
+    launcher = shell.proc.pid if shell is not None and shell.proc is not None else None
+    try:
+        stopped = stop_agent(sandbox.cgroup, launcher)
+    except Exception as e:  # noqa: BLE001 - the verifier never raises into the run loop
+        return VerifierResult(error=f"could not stop the agent's processes: {e}", hardened=True)
+    drain = _PtyDrain(shell)  # services may still write to the agent's terminal
+    notes.append(f"agent processes killed: {stopped.killed}")
+    if stopped.services:
+        notes.append(
+            "services left running: "
+            + "; ".join(f"{p} {c[:80]}" for p, c in sorted(stopped.services.items()))
+        )
+    vdir = sandbox.plan.root / "verifier"
+    try:
+        plan = pytest_plan(task)
+        tests_dir, vlogs, harness = vdir / "tests", vdir / "logs", vdir / "harness"
+        for d in (tests_dir, vlogs, harness / "site"):
+            d.mkdir(parents=True, exist_ok=True)
+        src = task.verifier.tests_dir
+        if src is not None and src.is_dir():
+            shutil.copytree(src, tests_dir, dirs_exist_ok=True, symlinks=False)
+        if task.layout == "v1":
+            shutil.copy2(task.verifier.script, tests_dir / "run-tests.sh")
+        shutil.copy2(HARNESS_SOURCE, harness / HARNESS_SOURCE.name)
+        (harness / "pytest.ini").write_text(PYTEST_INI)
+        pristine = Pristine.detect()
+        env = harness_env(task, getattr(sandbox, "base_env", None))
+        prov = locate(sandbox.spec.provision)
+        if plan is not None:
+            targets, specs = plan
+            if prov is None:
+                raise RuntimeError(
+                    "no provision cache (run `t1 provision`): the harness needs pytest"
+                )
+            site = harness_site(prov.root, specs)
+            argv = pristine.argv("/usr/bin/python3") + [
+                "-I", "-S", f"{HARNESS_INSIDE}/{HARNESS_SOURCE.name}", "--fd", "{fd}",
+                "--site", f"{HARNESS_INSIDE}/site", *_tail_paths(task), "--", *targets,
+                "-c", _ini(tests_dir, HARNESS_INSIDE), "--rootdir", TESTS_DIR,
+                "--confcutdir", TESTS_DIR, "-p", "no:cacheprovider", "-rA",
+            ]  # fmt: skip
+        else:
+            site = None
+            script = "run-tests.sh" if task.layout == "v1" else task.verifier.script.name
+            argv = pristine.argv("/usr/bin/bash") + [
+                "--noprofile",
+                "--norc",
+                f"{TESTS_DIR}/{script}",
+            ]
+        run = run_compartment(
+            sandbox, argv, env, tests_dir, vlogs, harness, timeout, stopped.netns_fd,
+            channel=plan is not None, site_dir=site,
+        )  # fmt: skip
+    except Exception as e:  # noqa: BLE001
+        return VerifierResult(error=f"verifier could not run: {e}", seconds=time.monotonic() - t0,
+                              hardened=True, notes=notes)  # fmt: skip
+    finally:
+        drain.stop()
+        if stopped.netns_fd is not None:
+            os.close(stopped.netns_fd)
+    output = run.output
+    error = None
+    if plan is not None:
+        assertions, problem = merge_records(run.records)
+        (vlogs / "outcomes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in run.records))
+        source, reward_value = "junit", None
+        if problem is None and not assertions:
+            problem = "pytest collected no tests"
+    else:
+        files = {n: _read_host(vlogs / n) for n in ("reward.txt", "reward.json")}
+        assertions, source, reward_value, problem = outcomes_from(
+            None, "", files["reward.txt"], files["reward.json"]
+        )
+    if run.timed_out:
+        error = f"verifier timed out after {timeout:g} s"
+    elif problem:
+        error = f"verifier produced no outcomes (exit {run.exit_code}): {problem}"
+    if error:
+        tail = output.strip()[-400:]
+        error += f"; output tail: {tail}" if tail else "; no output"
+    return VerifierResult(
+        assertions=assertions if not error else [],
+        source=source,
+        exit_code=run.exit_code,
+        output=output[-OUTPUT_KEEP_CHARS:],
+        error=error,
+        reward_value=reward_value,
+        seconds=time.monotonic() - t0,
+        hardened=True,
+        notes=notes,
+    )
+
+
+class _PtyDrain:
+    """Reads and drops what processes left on the agent's terminal write while the verifier
+    runs (a full pty would block a chatty service); the shell itself is idle then."""
+
+    def __init__(self, shell) -> None:
+        self.fd = getattr(shell, "master", -1) if shell is not None else -1
+        self.done = threading.Event()
+        self.thread = None
+        if self.fd >= 0:
+            self.thread = threading.Thread(target=self._run, name="t1-pty-drain", daemon=True)
+            self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            try:
+                ready, _, _ = select.select([self.fd], [], [], 0.2)
+                if ready:
+                    os.read(self.fd, 1 << 16)
+            except (OSError, ValueError):
+                return
+
+    def stop(self) -> None:
+        self.done.set()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+
+
+def _read_host(path: Path) -> str | None:
+    """A report file of the compartment's private /logs/verifier; a symlink is not followed."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            return None
+        with path.open("rb") as fh:
+            return fh.read(_MAX_READ_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
