@@ -18,6 +18,7 @@ import json
 import sys
 import types
 import typing
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,11 @@ class ModelConfig:
     max_position: int = 8192
     rope_theta: float = 10000.0
     train_dtype: str = "float32"
+    # an HF Qwen3.5-MoE / Qwen3-MoE directory (config.json, sharded safetensors +
+    # model.safetensors.index.json): the architecture comes from DIR/config.json (t1.model.spec;
+    # every key of this section that disagrees with it is an error naming both) and the megatron
+    # trainer reads each rank's slices of its weights (t1.train.megatron.hf_load); "" = none
+    init_from: str = ""
 
 
 @dataclass(frozen=True)
@@ -375,11 +381,29 @@ def _build(cls: type, data: Any, where: str, source: str) -> Any:
         key = f"{where}.{name}" if where else name
         kwargs[name] = _coerce(hints[name], value, key, source)
     try:
-        return cls(**kwargs)
+        obj = cls(**kwargs)
     except ConfigError:
         raise
     except ValueError as e:  # a __post_init__ check
         raise ConfigError(f"{source}: {where or 'top level'}: {e}") from None
+    key = id(obj)
+    _GIVEN[key] = (weakref.ref(obj, lambda _r: _GIVEN.pop(key, None)), source, data)
+    return obj
+
+
+# id(section) -> (weak reference, file, the keys that file set): kept beside the objects, whose
+# __dict__ other code spreads into constructors (Config(**{**cfg.__dict__, ...}))
+_GIVEN: dict[int, tuple[Any, str, Any]] = {}
+
+
+def given_keys(section: Any) -> tuple[str, frozenset[str]] | None:
+    """(file, the keys that file set) of a section `load_config` built, or None for one built
+    otherwise (a default, `dataclasses.replace`): t1.model.spec reports only the keys a config
+    file sets."""
+    entry = _GIVEN.get(id(section))
+    if entry is None or entry[0]() is not section:
+        return None
+    return entry[1], frozenset(entry[2])
 
 
 def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
