@@ -12,6 +12,16 @@ included, loads after each step). The math is the hf backend's: the same token a
 t1.train.step, AdamW with the same groups, betas, decay and clipping, so one PPO step's loss and
 gradients agree with hf to fp32 rounding (tests/megatron/test_megatron_trainer.py).
 
+Precision: float32 models train with torch AdamW on the parameters (the hf backend's, exact);
+bfloat16 models (model.train_dtype) with megatron-core's own mixed-precision optimizer
+(`get_megatron_optimizer`, DistributedOptimizer: fp32 main weights, fp32 gradient buffers, the
+same Adam settings and clipping; main_weights.py), so small updates are not rounded away.
+
+Log-probs: the actor's last hidden states go through the output layer `logp_chunk` tokens at a
+time (default 4096, what t1/model/memory.py plans for), vocab-parallel over TP (each rank its
+V/TP rows; max, sum-exp and target logit reduced over the TP group) and checkpointed per chunk,
+so full-vocabulary logits never exist (vocab_logp.py).
+
 Parallelism: TP / EP / ETP from `parallel` (runtime.setup), DP = the rest of the world. Each
 model is wrapped in megatron-core's DistributedDataParallel (grad buffers; dense gradients
 all-reduced over the data-parallel group, expert gradients over the expert-data-parallel group)
@@ -43,11 +53,12 @@ import torch
 
 from t1.rng import capture_rng, restore_rng
 from t1.train.batch import Batch
-from t1.train.hf import adamw, shift_values, token_entropy, token_logp
+from t1.train.hf import adamw, shift_values
 from t1.train.megatron import convert as C
 from t1.train.megatron import dataparallel as DP
 from t1.train.megatron import model as M
 from t1.train.megatron import replay as R
+from t1.train.megatron import vocab_logp as VL
 from t1.train.megatron.runtime import Parallel, ranks, setup
 from t1.train.protocol import ActorOutput, LossFn
 
@@ -58,7 +69,11 @@ def move_role(
     model: torch.nn.Module, opt: torch.optim.Optimizer | None, target: torch.device
 ) -> None:
     """Weights, grads and Adam moments of one role to `target`, in place (the optimizer keeps
-    the same Parameter objects)."""
+    the same Parameter objects). A bf16 role's optimizer (main_weights.MainWeightsAdam) moves
+    its own: the bf16 weights in the DDP buffers, the fp32 main weights and Adam moments."""
+    if hasattr(opt, "move"):
+        opt.move(target)
+        return
     with torch.no_grad():
         for prm in model.parameters():
             prm.data = prm.data.to(target)
@@ -114,8 +129,10 @@ class MegatronTrainer:
         offload: bool = False,
         device: str | torch.device | None = None,
         recompute: bool = False,
+        logp_chunk: int = VL.DEFAULT_CHUNK,
     ) -> None:
         self.par = setup(parallel or Parallel())
+        self.max_grad_norm = max_grad_norm
         import torch.distributed as dist
 
         if self.par.pp != 1:
@@ -128,6 +145,9 @@ class MegatronTrainer:
         ref = actor if actor is not None else critic
         self.hf_config = ref.config
         dtype = next(ref.parameters()).dtype
+        if dtype not in (torch.float32, torch.bfloat16):
+            raise ValueError(f"train.backend megatron trains float32 or bfloat16, got {dtype}")
+        self.mixed = dtype == torch.bfloat16  # fp32 main weights in megatron-core's optimizer
         tc = M.transformer_config(
             self.hf_config,
             replay=replay,
@@ -136,24 +156,20 @@ class MegatronTrainer:
             recompute=recompute,
         )
         self.replay, self.recompute = replay, recompute
+        self.logp_chunk = max(1, int(logp_chunk))  # tokens per output-layer chunk (vocab_logp)
         self.actor = self._build("actor", tc, actor) if actor is not None else None
         self.critic = self._build("critic", tc, critic) if critic is not None else None
         self.ddp = {
-            kind: _ddp(getattr(self, kind))
+            kind: _ddp(getattr(self, kind), self.mixed)
             for kind in ("actor", "critic")
             if getattr(self, kind) is not None
         }
         if self.actor is not None and replay:
             R.install(self.actor)
-        self.max_grad_norm = max_grad_norm
         self.forward_rows = max(1, forward_rows)
         b = (float(betas[0]), float(betas[1]))
-        self.actor_opt = (
-            adamw(self.actor, actor_lr, b, weight_decay) if self.actor is not None else None
-        )
-        self.critic_opt = (
-            adamw(self.critic, critic_lr, b, weight_decay) if self.critic is not None else None
-        )
+        self.actor_opt = self._optimizer("actor", actor_lr, b, weight_decay)
+        self.critic_opt = self._optimizer("critic", critic_lr, b, weight_decay)
         self.generator = torch.Generator().manual_seed(seed)
         self.counters: dict[str, int] = {"actor_updates": 0, "critic_updates": 0}
         self.calls: list[str] | None = None
@@ -161,6 +177,24 @@ class MegatronTrainer:
         self.residency = Residency(self.device, offload)
 
     # ------------------------------------------------------------------ weights
+
+    def _optimizer(self, kind: str, lr: float, betas, weight_decay: float):
+        """fp32: torch AdamW on the parameters (the hf backend's, exact); bf16: megatron-core's
+        DistributedOptimizer with fp32 main weights (main_weights.py), same Adam settings."""
+        model = getattr(self, kind)
+        if model is None:
+            return None
+        if not self.mixed:
+            return adamw(model, lr, betas, weight_decay)
+        from t1.train.megatron.main_weights import MainWeightsAdam
+
+        return MainWeightsAdam(
+            self.ddp[kind],
+            lr=lr,
+            betas=betas,
+            weight_decay=weight_decay,
+            max_grad_norm=self.max_grad_norm,
+        )
 
     def _build(self, kind: str, tc, hf: torch.nn.Module) -> torch.nn.Module:
         model = (M.build_actor if kind == "actor" else M.build_critic)(tc, self.hf_config)
@@ -230,9 +264,27 @@ class MegatronTrainer:
         real = torch.arange(batch.input_ids.shape[1])[None, :] < batch.lengths.cpu()[:, None]
         return [DP.gather_rows(out, batch.size) * real for out in outs]
 
-    def _actor_logits(self, batch: Batch) -> torch.Tensor:
+    def _actor_hidden(self, batch: Batch) -> torch.Tensor:
+        """The actor's last hidden states [b, t, H] (before the output layer)."""
         with self._replay(batch):
-            return M.forward(self.actor, batch.input_ids)
+            return VL.hidden_states(self.actor, batch.input_ids)
+
+    def _logp(self, hidden: torch.Tensor, ids: torch.Tensor, entropy: bool = False):
+        """hidden [b, t, H] -> logp [b, t] (and entropy [b, t]): vocab-parallel over TP and
+        `logp_chunk` tokens at a time through the output layer (vocab_logp.py)."""
+        from megatron.core import parallel_state as ps
+
+        w, start, real = VL.output_shard(self.actor)
+        return VL.aligned_logp_entropy(
+            hidden,
+            w,
+            ids,
+            start,
+            real,
+            chunk=self.logp_chunk,
+            group=ps.get_tensor_model_parallel_group(),
+            entropy=entropy,
+        )
 
     def actor_forward(self, batch: Batch, entropy: bool = False) -> ActorOutput:
         self._note("actor.forward")
@@ -245,9 +297,9 @@ class MegatronTrainer:
         )
 
         def fn(mb):
-            logits = self._actor_logits(mb) if check is None else self._checked_logits(mb, check)
-            logp = token_logp(logits, mb.input_ids)
-            return [logp, token_entropy(logits) if entropy else torch.zeros_like(logp)]
+            hidden = self._actor_hidden(mb) if check is None else self._checked_hidden(mb, check)
+            logp, ent = self._logp(hidden, mb.input_ids, entropy)
+            return [logp, ent if entropy else torch.zeros_like(logp)]
 
         with torch.no_grad():
             logp, ent = self._rowwise(batch, fn, 2)
@@ -258,8 +310,8 @@ class MegatronTrainer:
         self.routing_check = check
         return ActorOutput(logp, ent if entropy else None)
 
-    def _checked_logits(self, mb: Batch, check: dict[str, int]) -> torch.Tensor:
-        """The actor's logits, counting the routing check (t1.train.hf) on the way: the
+    def _checked_hidden(self, mb: Batch, check: dict[str, int]) -> torch.Tensor:
+        """The actor's last hidden states, counting the routing check (t1.train.hf) on the way: the
         routers' own top-k and the experts actually dispatched to, against the record."""
         from t1.model.routing import mismatch
 
@@ -268,7 +320,7 @@ class MegatronTrainer:
         R.keep_live(self.actor, replaying)
         try:
             with R.RoutingObserver(self.actor) as seen:
-                logits = self._actor_logits(mb)
+                hidden = self._actor_hidden(mb)
             used = seen.routing(b, k)
             live = R.live_routing(self.actor, b) if replaying else used
         finally:
@@ -279,7 +331,7 @@ class MegatronTrainer:
         check["positions"] += n
         check["live_mismatch"] += n_live
         check["replay_mismatch"] += n_used
-        return logits
+        return hidden
 
     def critic_values(self, batch: Batch) -> torch.Tensor:
         self._note("critic.values")
@@ -302,6 +354,8 @@ class MegatronTrainer:
         model, opt, ddp = getattr(self, kind), getattr(self, f"{kind}_opt"), self.ddp[kind]
         loss.backward()
         finalize_model_grads([ddp])
+        if self.mixed:  # clipping and the fp32 Adam step inside megatron-core's optimizer
+            return dict(metrics, grad_norm=opt.step())
         params = [p for p in model.parameters() if p.requires_grad]
         for p in params:
             p.grad = p.main_grad
@@ -311,6 +365,8 @@ class MegatronTrainer:
 
     def _zero(self, kind: str) -> None:
         self.ddp[kind].zero_grad_buffer()
+        if self.mixed:
+            getattr(self, f"{kind}_opt").zero_grad()
         for p in getattr(self, kind).parameters():
             p.grad = None
 
@@ -322,8 +378,9 @@ class MegatronTrainer:
         batch = batch.to(self.device)
         mb = DP.local_rows(batch)
         with self._replay(mb):  # targets live through backward, cleared right after
-            logits = R.to_backward(self.actor, M.forward(self.actor, mb.input_ids))
-            logp = DP.with_peers(token_logp(logits, mb.input_ids), batch.size)
+            hidden = R.to_backward(self.actor, VL.hidden_states(self.actor, mb.input_ids))
+            logp, _ = self._logp(hidden, mb.input_ids)
+            logp = DP.with_peers(logp, batch.size)
             loss, metrics = loss_fn(logp, batch)
             metrics = self._step("actor", loss, metrics)
         self.counters["actor_updates"] += 1
@@ -415,10 +472,13 @@ class MegatronTrainer:
                 self.hf_critic.save_pretrained(out_dir / "critic")
 
 
-def _ddp(model: torch.nn.Module):
-    """megatron-core's DistributedDataParallel around `model` (fp32 grad buffers, no overlap,
-    no distributed optimizer): the gradient reduction of this backend at every world size."""
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+def _ddp(model: torch.nn.Module, distributed_optimizer: bool = False):
+    """megatron-core's DistributedDataParallel around `model` (fp32 grad buffers, no overlap;
+    the distributed optimizer's parameter buffers for bf16): the gradient reduction of this
+    backend at every world size."""
+    from megatron.core.distributed import DistributedDataParallel
 
-    cfg = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False)
+    from t1.train.megatron.main_weights import ddp_config
+
+    cfg = ddp_config(distributed_optimizer)
     return DistributedDataParallel(config=model.config, ddp_config=cfg, module=model)
