@@ -222,6 +222,7 @@ class TrainConfig:
     router_fusion: bool = False  # megatron: fused top-k (TE); refused with ppo.replay
     offload: bool = False  # megatron: move the role not in use (weights + Adam) to the CPU
     recompute: bool = False  # megatron: full activation recompute; R³ replayed in the recompute
+    logp_chunk: int = 4096  # megatron: tokens per output-layer chunk of the vocab-parallel log-prob
 
 
 @dataclass(frozen=True)

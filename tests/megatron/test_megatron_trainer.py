@@ -159,6 +159,36 @@ def test_plan_check_refuses_hf_for_the_122b_preset_and_accepts_tiny():
         check_plan(Config(**{**tiny.__dict__, "train": TrainConfig(backend="jax")}))
 
 
+def test_plan_check_holds_actor_and_critic_co_resident():
+    """Both roles on the same GPUs: without offload they must fit the GPU together; with it the
+    larger alone (the preset turns it on)."""
+    import dataclasses
+
+    from t1.train.megatron.plan import PlanError, check_plan
+
+    assert load_config("workflow/config/qwen3.5-122b-a10b.yaml").train.offload
+    tiny = load_config("workflow/config/tiny.yaml")
+
+    def cfg(offload: bool, gpu: float) -> Config:
+        train = TrainConfig(backend="megatron", offload=offload)
+        return Config(
+            **{
+                **tiny.__dict__,
+                "train": train,
+                "campaign": dataclasses.replace(tiny.campaign, gpu_mem_gib=gpu),
+            }
+        )
+
+    both = check_plan(cfg(False, 0.0))
+    assert both["co_resident_gib"] == pytest.approx(both["actor_gib"] + both["critic_gib"])
+    one = check_plan(cfg(True, 0.0))
+    assert one["co_resident_gib"] == pytest.approx(max(one["actor_gib"], one["critic_gib"]))
+    gpu = (both["co_resident_gib"] + one["co_resident_gib"]) / 2  # fits one role, not both
+    assert check_plan(cfg(True, gpu))["co_resident_gib"] < gpu
+    with pytest.raises(PlanError, match="set train.offload: true"):
+        check_plan(cfg(False, gpu))
+
+
 # ---------------------------------------------------------------- the PPO stage, both backends
 
 

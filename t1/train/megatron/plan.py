@@ -12,7 +12,8 @@ it) for the chosen backend:
   needs more than `train.gpu_budget_gib`, refuse: such a model needs train.backend megatron.
 * megatron: the layout of train.* (TP, PP, EP, ETP) on train.gpus (DP follows), activation
   recompute "full" when train.recompute else "none", each role alone within the budget (actor
-  and critic co-reside and train in turn, offloaded in turn).
+  and critic co-reside and train in turn); with `train.offload` the idle role waits in host
+  memory, without it both roles must fit `campaign.gpu_mem_gib` together (`co_resident_gib`).
 """
 
 from __future__ import annotations
@@ -81,7 +82,24 @@ def check_plan(cfg: Config) -> dict[str, Any]:
                 f"train.backend {cfg.train.backend}: the {role} needs {res[f'{role}_gib']:.1f} GiB "
                 f"per process/GPU, over train.gpu_budget_gib {budget:g}: {hint}"
             )
+    res["co_resident_gib"] = co_resident_gib(cfg, res)
+    gpu = cfg.campaign.gpu_mem_gib
+    if gpu > 0 and res["co_resident_gib"] > gpu:
+        raise PlanError(
+            f"train: actor {res['actor_gib']:.1f} + critic {res['critic_gib']:.1f} GiB stay on "
+            f"the same GPUs (train.offload false): {res['co_resident_gib']:.1f} GiB, over "
+            f"campaign.gpu_mem_gib {gpu:g}; set train.offload: true (the idle role waits in host "
+            "memory) or shard further"
+        )
     return res
+
+
+def co_resident_gib(cfg: Config, res: dict[str, Any]) -> float:
+    """GPU memory of actor and critic on the same GPUs: both roles at once, or with
+    `train.offload` the larger role alone (the other's weights, gradients and Adam state wait in
+    host memory while it trains: critic first, then actor)."""
+    a, c = res["actor_gib"], res["critic_gib"]
+    return max(a, c) if cfg.train.offload else a + c
 
 
 def build(cfg: Config, actor, critic, actor_lr: float | None = None):
@@ -106,4 +124,5 @@ def build(cfg: Config, actor, critic, actor_lr: float | None = None):
         router_fusion=t.router_fusion,
         offload=t.offload,
         recompute=t.recompute,
+        logp_chunk=t.logp_chunk,
     )
