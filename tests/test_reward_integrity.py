@@ -3,7 +3,11 @@
     .venv/bin/python -m pytest tests/test_reward_integrity.py -q -s      # -s prints the table
 
 Every task in tests/data/attacks/ asks for the same two files (three assertions; the no-op
-passes one). `honest*` do the work; `aNN-*` attack the verifier instead (each solve.sh says
+passes one), or (a17 on, twin `honest-imports`) for /app/calc.py, which the tests import as
+stats-debug does (seven assertions; the no-op passes one): those attack from inside the
+imported module (patch pytest, register a plugin via gc or sys.meta_path, write to the outcome
+fd, always-equal objects, sys.exit / os._exit, a stale .pyc, the test module's globals, pytest.skip).
+`honest*` do the work; `aNN-*` attack the verifier instead (each solve.sh says
 how; task.toml's `attack` says it in one line). Run through the real `t1 oracle` command in
 real bubblewrap sandboxes: every attack must score no more than the no-op, never resolve, and
 the honest solutions must score full. A second test breaks the guard (the verifier run in the
@@ -26,9 +30,20 @@ from t1.tasks import load_task
 REPO = Path(__file__).resolve().parents[1]
 ATTACKS = REPO / "tests" / "data" / "attacks"
 NAMES = sorted(p.name for p in ATTACKS.iterdir() if p.is_dir() and p.name.startswith("a"))
-HONEST = {"honest": "honest", "honest-reward-file": "honest-reward-file"}
+HONEST = {
+    "honest": "honest",
+    "honest-reward-file": "honest-reward-file",
+    "honest-imports": "honest-imports",
+}
 REWARD_FILE = {"a14-reward-file-forgery": "honest-reward-file"}  # attack -> its honest twin
 WORK = {"test_outputs::test_greeting", "test_outputs::test_script_prints_ok"}
+
+
+def twin(name: str) -> str:
+    """The honest task with the same tests as attack `name`."""
+    if name in REWARD_FILE:
+        return REWARD_FILE[name]
+    return "honest-imports" if (ATTACKS / name / "solution" / "calc.py").is_file() else "honest"
 
 
 def _provisioned() -> bool:
@@ -90,13 +105,14 @@ def test_noop_is_what_the_attacks_are_held_to(rows):
     _, noop = rows
     assert (noop["honest"]["passed"], noop["honest"]["total"]) == (1, 3)
     assert (noop["honest-reward-file"]["passed"], noop["honest-reward-file"]["total"]) == (0, 1)
+    assert (noop["honest-imports"]["passed"], noop["honest-imports"]["total"]) == (1, 7)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_attack_scores_no_more_than_the_noop(rows, name):
     attacked, noop = rows
     row = attacked[name]
-    base = noop[REWARD_FILE.get(name, "honest")]
+    base = noop[twin(name)]
     reason = why(row)
     print(f"\n{name}: {row['passed']}/{row['total']} reward {row['reward']:.3f} "
           f"(no-op {base['passed']}/{base['total']} reward {base['reward']:.3f}); {reason}")  # fmt: skip
@@ -105,12 +121,15 @@ def test_attack_scores_no_more_than_the_noop(rows, name):
     if name not in REWARD_FILE:
         # scored nothing because the work is not done, as the harness itself saw it
         got = {a["name"]: a["outcome"] for a in row["assertions"]}
+        undone = {a["name"] for a in base["assertions"] if a["outcome"] in ("failed", "error")}
         assert row["error"] is None, reason
-        assert row["total"] == 3 and all(got[n] == "failed" for n in WORK), got
+        assert row["total"] == base["total"] and undone, (got, base)
+        assert all(got[n] in ("failed", "error") for n in undone), got
 
 
 def test_attacks_all_present():
-    assert len(NAMES) >= 16
+    assert len(NAMES) >= 28
+    assert sum(twin(n) == "honest-imports" for n in NAMES) >= 8
     for name in NAMES:
         assert load_task(ATTACKS / name).path.name == name
 
@@ -138,6 +157,26 @@ def test_with_the_guard_broken_forged_rewards_come_back(rows):
         else:  # the right names, all "passed": only the compartment stops this one
             assert flagged.tampered is None and flagged.passed == 3
         assert attacked[name]["passed"] == noop["honest"]["passed"] == 1
+
+
+def test_with_the_proxy_off_in_process_attacks_forge_or_trip_the_telemetry(rows, monkeypatch):
+    """The agent's module imported inside pytest (the harness's --no-proxy, as before the
+    proxy): pytest.skip() from the agent's code resolves the task (skipped counts as passed);
+    a plugin registered via gc is caught by the telemetry only (tampered, scored 0). With the
+    proxy both scored what the no-op does (rows)."""
+    from t1.verify import hardened
+    from t1.verify.oracle import run_task
+
+    attacked, noop = rows
+    monkeypatch.setattr(hardened, "PROXY", False)
+    skip = run_task(ATTACKS / "a28-skip-from-agent-code")
+    assert skip["error"] is None and skip["resolved"] and skip["passed"] == 7, skip
+    gc_plugin = run_task(ATTACKS / "a19-plugin-via-gc")
+    assert gc_plugin["error"].startswith("tampered: "), gc_plugin
+    assert "gc.get_objects from untrusted code /app/calc.py" in gc_plugin["error"]
+    assert gc_plugin["passed"] == 0 and not gc_plugin["resolved"]
+    for name in ("a28-skip-from-agent-code", "a19-plugin-via-gc"):
+        assert attacked[name]["passed"] == noop["honest-imports"]["passed"] == 1
 
 
 def test_the_agents_processes_are_dead_and_services_contained():
@@ -207,8 +246,10 @@ def test_tests_may_rewrite_and_move_their_own_tests_dir(tmp_path, rootfs):
         with (task_dir / "environment" / "Dockerfile").open("a") as fh:
             fh.write("RUN mkdir -p /srv/t1 && echo layer > /srv/t1/f\n")
         with (task_dir / "tests" / "test_outputs.py").open("a") as fh:
-            fh.write("\n\ndef test_sees_the_agents_root():\n"
-                     "    assert Path('/srv/t1/f').read_text() == 'layer\\n'\n")
+            fh.write(
+                "\n\ndef test_sees_the_agents_root():\n"
+                "    assert Path('/srv/t1/f').read_text() == 'layer\\n'\n"
+            )
     with (task_dir / "tests" / "test_outputs.py").open("a") as fh:
         fh.write(
             "\n\ndef test_moves_tests_aside():\n"
@@ -285,7 +326,9 @@ def _secrets_task(tmp_path: Path, digests: dict[str, str]) -> Path:
     return task_dir
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="host secrets are unreadable to a non-root run anyway")
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="host secrets are unreadable to a non-root run anyway"
+)
 def test_tests_see_no_host_secret_and_do_with_the_mask_switched_off(tmp_path, monkeypatch):
     """The compartment's host view (/run/t1/host/{usr,etc}, the harness's own tools) carries
     the mask layer's replacements: no host secret (shadow hashes, munge or ssh keys) is

@@ -261,7 +261,8 @@ def harness_run(tmp_path_factory):
     (root / "ini.ini").write_text("[pytest]\n")
     r_fd, w_fd = os.pipe()
     site = sysconfig.get_paths()["purelib"]
-    cmd = [sys.executable, "-I", "-S", str(HARNESS), "--fd", str(w_fd), "--site", site, "--",
+    cmd = [sys.executable, "-I", "-S", str(HARNESS), "--fd", str(w_fd), "--site", site,
+           "--trust", str(root / "tests"), "--",
            str(root / "tests" / "test_outputs.py"), "-c", str(root / "ini.ini"), "--rootdir",
            str(root / "tests"), "--confcutdir", str(root / "tests"), "-p", "no:cacheprovider", "-rA"]  # fmt: skip
     env = {"PATH": os.environ["PATH"], "PYTEST_ADDOPTS": "-p nonexistent_plugin", "HOME": str(root)}
@@ -278,7 +279,10 @@ def harness_run(tmp_path_factory):
     out = proc.communicate(timeout=120)[0].decode()
     import json
 
-    records = [json.loads(line) for line in data.decode().splitlines()]
+    from t1.verify.hardened import check_signed
+
+    records, tampered = check_signed([json.loads(line) for line in data.decode().splitlines()])
+    assert tampered is None, tampered
     return records, merge_records(records), out
 
 
@@ -493,3 +497,201 @@ def test_an_interrupted_run_fails_the_tests_it_never_reported():
     assertions, problem = merge_records([names, *ran, *end])
     r = VerifierResult(assertions)
     assert problem is None and (r.passed, r.total, r.resolved) == (1, 3, False)
+
+
+# --------------------------------------------------------------------------- the proxy
+
+CALC = """
+import gc, sys
+import numpy as np
+
+class CalcError(ValueError):
+    pass
+
+def minmax(values):
+    if not values:
+        raise CalcError("empty input")
+    return (min(values), max(values))
+
+class Counter:
+    def __init__(self):
+        self.c = {}
+    def add(self, k):
+        self.c[k] = self.c.get(k, 0) + 1
+    def count(self, k):
+        return self.c.get(k, 0)
+    def __len__(self):
+        return len(self.c)
+    def __iter__(self):
+        return iter(sorted(self.c))
+
+class AlwaysEqual:
+    def __eq__(self, other):
+        return True
+    __hash__ = object.__hash__
+
+def scale(a, k=2.0):
+    return np.asarray(a, dtype=float) * k
+
+def apply(fn, xs):
+    return [fn(x) for x in xs]
+
+def squares(n):
+    yield from (i * i for i in range(n))
+
+def liar():
+    return AlwaysEqual()
+
+def skipper():
+    import pytest
+    pytest.skip("from the agent")
+
+def leave():
+    import os
+    os._exit(0)
+
+PLUGINS = sum(type(o).__name__ == "PytestPluginManager" for o in gc.get_objects())
+"""
+
+PROXIED = """
+import inspect, sys
+import numpy as np
+import pytest
+sys.path.insert(0, {app!r})
+import calc
+
+def test_values_cross_by_value():
+    r = calc.minmax([3, 1, 2])
+    assert isinstance(r, tuple) and r == (1, 3)
+    out = calc.scale([1, 2])
+    assert isinstance(out, np.ndarray) and out.dtype == np.float64 and np.allclose(out, [2, 4])
+
+def test_exceptions_and_signatures():
+    with pytest.raises(ValueError, match="empty"):
+        calc.minmax([])
+    with pytest.raises(calc.CalcError):
+        calc.minmax([])
+    assert str(inspect.signature(calc.scale)) == "(a, k=2.0)"
+
+def test_instances_callbacks_generators():
+    c = calc.Counter()
+    for w in "aba":
+        c.add(w)
+    assert isinstance(c, calc.Counter) and c.count("a") == 2 and len(c) == 2 and "b" in c
+    assert calc.apply(lambda x: x * 10, [1, 2]) == [10, 20]
+    assert list(calc.squares(4)) == [0, 1, 4, 9]
+
+def test_the_agents_code_runs_elsewhere():
+    assert type(sys.modules["calc"]).__name__ == "RemoteModule"
+    assert calc.PLUGINS == 0  # no pytest plugin manager in the agent's process
+
+def test_always_equal_is_unequal():
+    assert calc.liar() == 1
+
+def test_skip_from_agent_code_fails():
+    calc.skipper()
+
+def test_os_exit_fails():
+    calc.leave()
+
+def test_after_the_agents_process_died():
+    assert calc.minmax([1]) == (1, 1)
+"""
+
+
+def _harness(root: Path, *opts: str) -> tuple[list[dict], str | None, str]:
+    import json
+    import sysconfig
+
+    from t1.verify.hardened import check_signed
+
+    r_fd, w_fd = os.pipe()
+    cmd = [sys.executable, "-I", "-S", str(HARNESS), "--fd", str(w_fd), "--site",
+           sysconfig.get_paths()["purelib"], "--trust", str(root / "tests"), *opts, "--",
+           str(root / "tests"), "--rootdir", str(root / "tests"), "-p", "no:cacheprovider", "-rA"]  # fmt: skip
+    env = {"PATH": os.environ["PATH"], "HOME": str(root), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    proc = subprocess.Popen(cmd, cwd=root, env=env, pass_fds=[w_fd], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)  # fmt: skip
+    os.close(w_fd)
+    data = b""
+    while chunk := os.read(r_fd, 65536):
+        data += chunk
+    os.close(r_fd)
+    out = proc.communicate(timeout=120)[0].decode()
+    records, tampered = check_signed([json.loads(line) for line in data.decode().splitlines()])
+    return records, tampered, out
+
+
+def test_the_agents_module_runs_behind_the_proxy(tmp_path):
+    """Tests import the agent's module: values by value (numpy too), handles for the rest;
+    always-equal, pytest.skip and os._exit from the agent's code fail the test."""
+    from t1.verify.hardened import merge_records
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "calc.py").write_text(CALC)
+    (tmp_path / "tests" / "test_calc.py").write_text(PROXIED.format(app=str(tmp_path / "app")))
+    records, tampered, out = _harness(tmp_path)
+    assert tampered is None, out
+    got = {a.name: a.outcome for a in merge_records(records)[0]}
+    bad = ("always_equal", "skip_from", "os_exit", "after_the")
+    assert {n for n, o in got.items() if o != "passed"} == {
+        n for n in got if any(b in n for b in bad)
+    }, out
+    assert all(o == "failed" for n, o in got.items() if any(b in n for b in bad)), got
+    # the same tests with the proxy off: the agent's skip passes, its liar is equal
+    records, tampered, out = _harness(tmp_path, "--no-proxy")
+    got = {a.name: a.outcome for a in merge_records(records)[0]}
+    assert got["test_calc::test_always_equal_is_unequal"] == "passed", out
+    assert got["test_calc::test_skip_from_agent_code_fails"] == "skipped", out
+
+
+def test_stale_pyc_is_never_loaded_in_the_agents_process(tmp_path):
+    import py_compile
+
+    (tmp_path / "tests").mkdir()
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "mod.py").write_text("VALUE = 'from the pyc'\n")
+    py_compile.compile(str(app / "mod.py"), cfile=str(app / "__pycache__" / f"mod.{sys.implementation.cache_tag}.pyc"),
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)  # fmt: skip
+    (app / "mod.py").write_text("VALUE = 'from the source'\n")
+    (tmp_path / "tests" / "test_m.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(app)!r})\nimport mod\n\n"
+        "def test_source():\n    assert mod.VALUE == 'from the source'\n"
+    )
+    records, tampered, out = _harness(tmp_path)
+    assert tampered is None and {r.get("outcome") for r in records if "name" in r} == {"passed"}, (
+        out
+    )
+
+
+def test_records_the_harness_did_not_write_are_tampering():
+    import hashlib
+    import hmac
+    import json
+
+    from t1.verify.hardened import check_signed
+
+    key = os.urandom(32)
+
+    def signed(seq, rec):
+        body = {**rec, "seq": seq}
+        mac = hmac.new(key, json.dumps(body, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+        return {**body, "mac": mac}
+
+    good = [{"key": key.hex()}, signed(1, {"collected": ["t.py::a"]}),
+            signed(2, {"name": "t.py::a", "when": "call", "outcome": "failed"}),
+            signed(3, {"end": True, "exitstatus": 1, "collected": 1})]  # fmt: skip
+    records, tampered = check_signed(good)
+    assert tampered is None and records[1] == {
+        "name": "t.py::a",
+        "when": "call",
+        "outcome": "failed",
+    }
+    forged = {"name": "t.py::a", "when": "call", "outcome": "passed", "seq": 3, "mac": "00"}
+    assert "did not write" in check_signed([*good[:3], forged, good[3]])[1]
+    assert "reordered" in check_signed([good[0], good[2], good[1], good[3]])[1]
+    assert "key record" in check_signed(good[1:])[1]
+    assert "not records" in check_signed(good, bad_lines=2)[1]
+    assert "telemetry: gc" in check_signed([*good[:3], signed(3, {"tamper": "gc.get_objects"})])[1]

@@ -7,6 +7,7 @@
     t1 bench gap                       (t1/bench/gap.py: train-inference gap, 3 settings)
     t1 bench critic                    (t1/bench/critic.py: warm-up vs cold critic EV curves)
     t1 bench gpu                       (t1/bench/gpu.py: megatron backend, replay on/off, one GPU)
+    t1 bench verifier                  (t1/bench/verifier.py: verifier seconds, proxy on/off)
 
 Each benchmark module defines `add_arguments(parser)` and `main(args) -> int`. Figures go into
 LOG.md with the date and the command; tests never assert timings.
@@ -21,7 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCHMARKS = ("sandbox", "rollout", "train", "ckpt", "gap", "critic", "gpu")
+BENCHMARKS = ("sandbox", "rollout", "train", "ckpt", "gap", "critic", "gpu", "verifier")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

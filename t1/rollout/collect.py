@@ -89,6 +89,7 @@ class RolloutBatch:
             "by_status": by_status,
             "mean_reward": sum(rewards) / len(rewards) if rewards else None,
             "resolved": sum(bool(t.metadata.get("resolved")) for t in self.admitted),
+            "tampered": sum(bool(t.metadata.get("tampered")) for t in self.admitted),
             "seconds": round(self.seconds, 3),
             "trajectories": [
                 {
@@ -316,6 +317,12 @@ def write_batch(batch: RolloutBatch, out: Path, tokenizer_dir: Path | None = Non
             if tokenizer_dir is not None:
                 traj.metadata.setdefault("tokenizer", str(Path(tokenizer_dir).resolve()))
             save_trajectory(traj, out / sub / f"{i:04d}-{traj.task_id}")
+            if traj.metadata.get("tampered"):  # the report's incidents (t1.eval.report) list it
+                from t1.store.incidents import IncidentLog
+
+                IncidentLog(out / "incidents.jsonl").write(
+                    "verifier_tampered", path=f"{sub}/{i:04d}-{traj.task_id}",
+                    problem=str(traj.metadata["tampered"])[:500], action="scored as the no-op")  # fmt: skip
     write_json_atomic(out / "rollout.json", batch.summary())
 
 

@@ -95,7 +95,6 @@ def masked_in_layer(mask_dir: Path, host_root: Path, tops: tuple[str, ...]) -> l
     return sorted(out)
 
 
-
 def compartment_args(
     plan,
     spec,
@@ -221,6 +220,7 @@ class CompartmentRun:
     output: str
     timed_out: bool
     seconds: float
+    bad_lines: int = 0  # channel lines that are not JSON objects (only the harness writes there)
 
 
 def run_compartment(
@@ -327,14 +327,18 @@ def _run(sandbox, argv, env, tests_dir, vlogs_dir, harness_dir, timeout, netns_f
         if cg is not None:
             cg.kill_all()
             cg.remove()
+    bad = 0
     for line in buf.decode("utf-8", "replace").splitlines():
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
+            bad += 1
             continue
         if isinstance(rec, dict):
             records.append(rec)
+        else:
+            bad += 1
     with out_path.open("rb") as fh:
         fh.seek(max(0, out_path.stat().st_size - output_cap))
         output = fh.read().decode("utf-8", "replace")
-    return CompartmentRun(records, proc.returncode, output, timed_out, time.monotonic() - t0)
+    return CompartmentRun(records, proc.returncode, output, timed_out, time.monotonic() - t0, bad)

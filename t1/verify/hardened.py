@@ -8,6 +8,8 @@ t1.sandbox.compartment; the runner inside: t1.verify.harness.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import select
@@ -23,9 +25,53 @@ from t1.verify.pytest_plan import _ini, _tail_paths, harness_env, pytest_plan
 from t1.verify.result import _MAX_READ_BYTES, OUTPUT_KEEP_CHARS, VerifierResult
 
 HARNESS_SOURCE = Path(__file__).with_name("harness.py")
+# shipped next to the harness (it loads them by path): the agent's process and the proxy
+HARNESS_SIBLINGS = (
+    Path(__file__).with_name("proxy.py"),
+    Path(__file__).with_name("proxy_client.py"),
+)
+PROXY = True  # False: the agent's code runs inside pytest (`t1 bench verifier` only)
 PYTEST_INI = (
     "[pytest]\n"  # our own: a pytest.ini / pyproject.toml / setup.cfg planted anywhere is not read
 )
+
+
+def check_signed(records: list[dict], bad_lines: int = 0) -> tuple[list[dict], str | None]:
+    """The records the harness wrote (first {"key"}, then each with its seq and HMAC), without
+    key/seq/mac; and the evidence (None: none) of anything else in the channel or of the
+    harness's own tamper telemetry ({"tamper": ...} records)."""
+    evidence: list[str] = []
+    if bad_lines:
+        evidence.append(f"{bad_lines} line(s) in the outcome channel that are not records")
+    if not records:
+        return [], "; ".join(evidence) or None
+    key = records[0].get("key") if isinstance(records[0].get("key"), str) else None
+    if key is None:
+        return [], "the outcome channel does not start with the harness's key record"
+    try:
+        secret = bytes.fromhex(key)
+    except ValueError:
+        return [], "the outcome channel's key record is malformed"
+    out: list[dict] = []
+    seq = 0
+    for rec in records[1:]:
+        body = {k: v for k, v in rec.items() if k != "mac"}
+        mac = hmac.new(
+            secret, json.dumps(body, sort_keys=True).encode(), hashlib.sha256
+        ).hexdigest()
+        if not isinstance(rec.get("mac"), str) or not hmac.compare_digest(mac, rec["mac"]):
+            evidence.append(f"a record the harness did not write: {json.dumps(rec)[:160]}")
+            continue
+        if body.get("seq") != seq + 1:
+            evidence.append(f"a replayed or reordered record (seq {body.get('seq')} after {seq})")
+            continue
+        seq += 1
+        body.pop("seq")
+        if "tamper" in body:
+            evidence.append(f"harness telemetry: {str(body['tamper'])[:300]}")
+            continue
+        out.append(body)
+    return out, "; ".join(dict.fromkeys(evidence))[:2000] or None
 
 
 def merge_records(records: list[dict]) -> tuple[list[Assertion], str | None]:
@@ -93,7 +139,8 @@ def _score_hardened(task: Task, sandbox, timeout: float | None) -> VerifierResul
             shutil.copytree(src, tests_dir, dirs_exist_ok=True, symlinks=False)
         if task.layout == "v1":
             shutil.copy2(task.verifier.script, tests_dir / "run-tests.sh")
-        shutil.copy2(HARNESS_SOURCE, harness / HARNESS_SOURCE.name)
+        for f in (HARNESS_SOURCE, *HARNESS_SIBLINGS):
+            shutil.copy2(f, harness / f.name)
         (harness / "pytest.ini").write_text(PYTEST_INI)
         pristine = Pristine.detect()
         env = harness_env(task, getattr(sandbox, "base_env", None))
@@ -107,7 +154,8 @@ def _score_hardened(task: Task, sandbox, timeout: float | None) -> VerifierResul
             site = harness_site(prov.root, specs)
             argv = pristine.argv("/usr/bin/python3") + [
                 "-I", "-S", f"{HARNESS_INSIDE}/{HARNESS_SOURCE.name}", "--fd", "{fd}",
-                "--site", f"{HARNESS_INSIDE}/site", *_tail_paths(task), "--", *targets,
+                "--site", f"{HARNESS_INSIDE}/site", "--trust", TESTS_DIR, *_tail_paths(task),
+                *([] if PROXY else ["--no-proxy"]), "--", *targets,
                 "-c", _ini(tests_dir, HARNESS_INSIDE), "--rootdir", TESTS_DIR,
                 "--confcutdir", TESTS_DIR, "-p", "no:cacheprovider", "-rA",
             ]  # fmt: skip
@@ -131,9 +179,10 @@ def _score_hardened(task: Task, sandbox, timeout: float | None) -> VerifierResul
         if stopped.netns_fd is not None:
             os.close(stopped.netns_fd)
     output = run.output
-    error = None
+    error = tampered = None
     if plan is not None:
-        assertions, problem = merge_records(run.records)
+        records, tampered = check_signed(run.records, run.bad_lines)
+        assertions, problem = merge_records(records)
         (vlogs / "outcomes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in run.records))
         source, reward_value = "junit", None
         if problem is None and not assertions:
@@ -150,8 +199,16 @@ def _score_hardened(task: Task, sandbox, timeout: float | None) -> VerifierResul
     if error:
         tail = output.strip()[-400:]
         error += f"; output tail: {tail}" if tail else "; no output"
+    reported: list[Assertion] = []
+    if tampered and not error:  # scored as all failed; what it claimed is kept
+        reported = assertions
+        assertions = [Assertion(a.name, "failed") for a in assertions]
+    elif tampered:
+        notes.append(f"tampered: {tampered}")
     return VerifierResult(
         assertions=assertions if not error else [],
+        tampered=tampered,
+        reported=reported,
         source=source,
         exit_code=run.exit_code,
         output=output[-OUTPUT_KEEP_CHARS:],

@@ -131,4 +131,3 @@ def _fetch(sandbox, paths: list[str]) -> dict[str, str | None]:
             with dst.open("rb") as fh:
                 out[src] = fh.read(_MAX_READ_BYTES).decode("utf-8", errors="replace")
     return out
-

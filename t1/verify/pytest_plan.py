@@ -97,4 +97,3 @@ def harness_env(task: Task, base_env: dict[str, str] | None) -> dict[str, str]:
         PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
     )
     return env
-

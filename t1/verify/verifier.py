@@ -37,8 +37,22 @@ How a bwrap sandbox is verified (t1.verify.hardened; t1.sandbox.compartment does
    environment, PATH with /opt/t1/bin first. Outcomes leave through a pipe whose write end
    the runner makes non-inheritable and non-dumpable; the report is what came through it
    before its end line ("junit" source: one assertion per test, parametrized cases
-   separately; skipped/xfail/xpass count as passed). Files the tests or anything else write
-   are not read. Tests still see the agent's files, packages (their subprocesses use the
+   separately; skipped/xfail/xpass count as passed), each record signed (HMAC, per-run key
+   the agent's process never sees: t1.verify.hardened.check_signed). Files the tests or
+   anything else write are not read.
+   The agent's code never runs in that pytest process: the harness forks a child first (same
+   compartment and limits; it closes the outcome fd at once), and an import hook in front of
+   sys.meta_path (and importlib.util.spec_from_file_location) imports every module whose file
+   is not the stdlib's, the harness's or /tests' in that child (t1.verify.proxy), compiled
+   from source (no .pyc of anyone's). The tests hold remote handles (t1.verify.proxy_client):
+   safe values (None, bool, numbers, str, bytes, containers, numpy arrays, paths, ...) cross
+   by value through a strict decoder, the rest as handles (attributes, calls, iteration, len,
+   getitem, repr, inspect.signature forwarded); ==, hash, truth and `in` are decided by the
+   reporter; the agent's exceptions re-raise as their nearest builtin exception (SystemExit,
+   KeyboardInterrupt, pytest's skip/xfail/fail outcomes become RuntimeError); a dead child
+   fails every later call. Tamper telemetry in the reporter (audit events of gc, frames,
+   ctypes, settrace from untrusted code; pytest/pluggy functions or plugins changed during
+   the run; records it did not sign) marks the run `tampered` (scored as all failed). Tests still see the agent's files, packages (their subprocesses use the
    agent's /usr and PATH), exported Dockerfile ENV and services, as Terminal-Bench expects.
    Other verifiers (a reward file only) run their script under the host's bash by the host's
    loader; the reward file is read from the private report dir, symlinks not followed,
@@ -56,13 +70,31 @@ pyproject.toml / setup.cfg / tox.ini in every parent dir; fake uv/uvx/pytest/pyt
 earlier on PATH, in /usr/local/bin and ~/.local/bin, /usr/bin/python3 or /usr/bin/bash
 replaced; PYTHON*/PYTEST_*/BASH_ENV in /etc/environment, profile.d, bashrc; /etc/ld.so.preload;
 poisoned uv/pip config and caches; a "service" (listener) that keeps rewriting; a program
-the tests run that interrupts pytest (the tests it never reported count as failed).
+the tests run that interrupts pytest (the tests it never reported count as failed). And from
+inside a module the tests import (a17-a28, twin honest-imports): pytest's test call or
+TestReport patched; a plugin registered through gc or sys.meta_path; forged records written to
+the outcome fd (by number from sys.argv, or /proc/PPID/fd); always-equal objects and objects
+lying about __class__/len/`in`; sys.exit(0) / os._exit(0) at import; a stale unchecked-hash
+__pycache__ .pyc beside innocent source; test functions and the test module's globals
+rewritten via gc and frames; pytest.skip()/xfail() called by the agent's code.
 
 Not defended (and why):
-* Tests that import the agent's code, or run the agent's programs and trust their output, run
-  that code inside or beside pytest: it can change outcomes like any solution could. That is
-  the task's design (t1/synth/steps.py runs agent code only in subprocesses; the audit's
-  tamper probe checks the rest).
+* Tests that run the agent's programs (subprocesses) and trust their output, or that trust a
+  library the agent could write (a module found on the agent's paths, e.g. the image's
+  site-packages or one shadowed after `sys.path.insert(0, "/app")`: it is proxied, so it runs
+  in the child, but whatever it answers is what the test checks): that is the task's design.
+* Agent code reaching the reporter other than by import: `exec(open(...).read())`, `runpy`,
+  `SourceFileLoader(...).load_module()` in the tests run it in the reporter (the telemetry
+  still sees gc/frame/ctypes use and pytest changes from untrusted files). Values the agent's
+  code computes are the agent's answers: arithmetic and ordering on handles are refused
+  (TypeError), not forwarded. Fidelity costs of the proxy: a handle is always true and
+  callable; a test's local objects reach the agent's code as call-only callbacks;
+  `from mod import *` without `__all__` imports nothing; custom numeric types, subclasses of
+  builtins (cross as the builtin; namedtuples as a local namedtuple) and identity (`is`) of
+  values that crossed twice differ; the child's state does not survive its death.
+* The telemetry is a speed bump: audit hooks do not see attribute assignment on instances
+  or modules, and code that is running in the reporter could silence it; it matters only
+  where the proxy is bypassed (above) or switched off (`t1 bench verifier`).
 * A reward-file-only verifier runs its own script, and the tools it calls come from the
   agent's /usr: a planted `cat` or `grep` can make such a script write 1. Only pytest
   verifiers get per-assertion outcomes from our harness; pools of binary verifiers are for
@@ -120,4 +152,3 @@ def score_in_sandbox(
     else:
         result = _score_in_shell(task, sandbox, timeout)
     return check_against(result, recorded_names(task) if expected is None else expected)
-
