@@ -37,7 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rollout": ("t1.rollout.collect", "sample trajectories in sandboxes and score them"),
     "tito-audit": ("t1.tito.audit", "audit TITO streams of rollout directories"),
     "train": ("t1.train.cli", "train: --stage pretrain | sft | critic_warmup | ppo"),
-    "plan-memory": ("t1.model.memory", "per-GPU memory plan for actor and critic"),
+    "plan-memory": ("t1.train.plan_memory", "per-GPU memory plan for actor and critic"),
     "segment": ("t1.run.segment", "run one PPO segment (K steps) from the newest checkpoint"),
     "supervise": ("t1.supervise.supervisor", "start and watch a segment's children; checkpoint on signal"),
     "synth": ("t1.synth.cli", "recursive verified task synthesis"),

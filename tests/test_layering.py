@@ -46,7 +46,6 @@ TOP = {"t1", "t1.cli"}
 LIBRARIES_WITH_A_COMMAND = {
     "t1.agent.tokenizer_train": "the default tokenizer of a config (tito, the gap bench load it)",
     "t1.model.policy": "the policy model (engine and trainer build and load it)",
-    "t1.model.memory": "the memory planner (the train bench sizes layouts with it)",
     "t1.rollout.collect": "collect/load_tasks/write_batch (evaluate and the gap bench reuse them)",
     "t1.tasks.provision": "what tasks install, provisioned (t1 pool checks readiness with it)",
     "t1.curate.audit": "the audit scores (the pool builder ranks by them)",

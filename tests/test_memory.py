@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from t1.config import Config, ModelConfig
-from t1.model import memory, memory_breakdown
+from t1.model import memory_breakdown
 from t1.model.memory import search
 from t1.model.memory_breakdown import Layout, plan
 from t1.model.memory_spec import QWEN35_122B, tiny_spec
+from t1.train import plan_memory
 
 
 def test_122b_parameter_count_matches_the_paper():
@@ -81,7 +82,7 @@ def test_cli_json_keys_and_exit_codes(tmp_path, capsys):
     import argparse
 
     parser = argparse.ArgumentParser()
-    memory.add_arguments(parser)
+    plan_memory.add_arguments(parser)
     out = tmp_path / "plan.json"
     args = parser.parse_args(
         [
@@ -97,7 +98,7 @@ def test_cli_json_keys_and_exit_codes(tmp_path, capsys):
             str(out),
         ]
     )
-    assert memory.main(args) == 0
+    assert plan_memory.main(args) == 0
     data = json.loads(out.read_text())
     assert {"layout", "actor_gib", "critic_gib", "fits"} <= set(data) and data["fits"] is True
     assert "weights" in capsys.readouterr().out
@@ -115,7 +116,7 @@ def test_cli_json_keys_and_exit_codes(tmp_path, capsys):
             "1",
         ]
     )
-    assert memory.main(args) == 1  # one node is not enough
+    assert plan_memory.main(args) == 1  # one node is not enough
 
 
 @pytest.mark.slow

@@ -12,8 +12,9 @@ offload, then least recompute, then least pipeline / tensor / expert parallelism
 `layout`, `actor_gib`, `critic_gib`, `fits` (+ `breakdown`, `params`, `assumptions`, ...).
 Exit code 0 when a layout fits, 1 when none does (the JSON then holds the least-bad one).
 
-Modules: this one searches the layouts and holds the command; the model numbers and presets
-are t1/model/memory_spec.py, a layout's per-GPU breakdown t1/model/memory_breakdown.py.
+Modules: this one searches the layouts; the model numbers and presets are
+t1/model/memory_spec.py, a layout's per-GPU breakdown t1/model/memory_breakdown.py; the command
+is t1/train/plan_memory.py (its --measure builds the trainer's models, so it sits in train).
 
 Two frameworks, one per preset:
 * `megatron` (the 122B preset): bf16 weights, fp32 main grads (persistent buffers), fp32
@@ -35,15 +36,11 @@ Two frameworks, one per preset:
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import itertools
-import sys
 from typing import Any
 
 from t1.model.memory_breakdown import ITEMS, Layout, plan, valid
-from t1.model.memory_spec import QWEN35_122B, ModelSpec, preset
-from t1.records import write_json_atomic
+from t1.model.memory_spec import ModelSpec
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -154,46 +151,3 @@ def table(result: dict[str, Any]) -> str:
         f"params: total {p['total']}B, experts {p['experts']}B, critic {p['critic_total']}B"
     )
     return "\n".join(lines)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", required=True, help=f"tiny | {QWEN35_122B.name}")
-    parser.add_argument("--gpus-per-node", type=int, required=True)
-    parser.add_argument("--gpu-mem-gib", type=float, required=True)
-    parser.add_argument("--budget-gib", type=float, required=True, help="limit for each role")
-    parser.add_argument("--max-nodes", type=int, default=16)
-    parser.add_argument(
-        "--allow-offload", action="store_true", help="also try optimizer CPU offload"
-    )
-    parser.add_argument(
-        "--config",
-        default=None,
-        help="campaign YAML (tiny preset: model, vocab, context, minibatch)",
-    )
-    parser.add_argument(
-        "--seq-len", type=int, default=None, help="tokens per sequence (default: the preset's)"
-    )
-    parser.add_argument("--micro-batch", type=int, default=None, help="sequences per micro-batch")
-    parser.add_argument("--json", default=None, help="also write the result here")
-
-
-def main(args: argparse.Namespace) -> int:
-    try:
-        spec = preset(args.preset, args.config)
-    except ValueError as e:
-        print(f"t1 plan-memory: {e}", file=sys.stderr)
-        return 2
-    over = {k: v for k, v in (("seq_len", args.seq_len), ("micro_batch", args.micro_batch)) if v}
-    spec = dataclasses.replace(spec, **over)
-    result = search(
-        spec,
-        args.gpus_per_node,
-        args.gpu_mem_gib,
-        args.budget_gib,
-        args.max_nodes,
-        args.allow_offload,
-    )
-    print(table(result))
-    if args.json:
-        write_json_atomic(args.json, result, indent=2)
-    return 0 if result["fits"] else 1
