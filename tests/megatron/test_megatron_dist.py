@@ -5,10 +5,10 @@
 Both run inside the one torchrun of the `ws2` fixture (conftest.py, train_worker.py step 0,
 dist_worker.forward_check). EP 2 runs: logits and replayed logits equal HF's, the replayed
 record routes every token, and the two ranks' shards gathered from the live models unshard to
-the HF weights exactly. TP 2 cannot run here, measured: megatron-core 0.16.1 requires sequence
-parallelism for MoE with TP > 1, and its sequence parallelism refuses the torch norms
-(`WrappedTorchNorm`: "sequence parallel not supported by torch LayerNorm") that are all it has
-without Transformer Engine or Apex; the test skips with that message when it is the failure.
+the HF weights exactly. TP 2 runs with sequence parallelism (megatron-core requires it for MoE): the
+norms are model.RMSNorm, which supports it (megatron-core's own torch norm, `WrappedTorchNorm`,
+refuses it: "sequence parallel not supported by torch LayerNorm"; the test would skip with that
+message should it come back).
 """
 
 from __future__ import annotations

@@ -21,9 +21,10 @@ critic, with the TP / PP / EP / ETP sharding of every tensor (convert.py). No la
 Qwen3.5's linear-attention layers are megatron-core's `GatedDeltaNet`
 (`megatron/core/ssm/gated_delta_net.py`, `experimental_attention_variant="gated_delta_net"` +
 `linear_attention_freq`), the gate is `attention_output_gate`, the shared expert's
-`moe_shared_expert_gate`, partial RoPE `rotary_percent`; the one module of this package is
-`model.ZeroCenteredRMSNorm` (x_hat * (1 + w), what TE's `zero_centered_gamma` computes; the
-local torch norm of megatron-core has no zero-centered form).
+`moe_shared_expert_gate`, partial RoPE `rotary_percent`; the modules of this package are the
+norms `model.ZeroCenteredRMSNorm` (x_hat * (1 + w), what TE's `zero_centered_gamma` computes; the
+local torch norm of megatron-core has no zero-centered form) and `model.RMSNorm` (the local torch
+norm refuses sequence parallelism).
 
 What is checked on the CPU (tests/megatron/test_qwen35.py, tiny Qwen3.5, fp32): the round trip
 HF -> Megatron -> HF is exact (0.0), shard / unshard exact at TP 2, EP 2, PP 2 and
@@ -49,11 +50,11 @@ HAVE_FLA, `l2norm` -> its torch formula, fla's chunk kernel -> an error never re
 (2) On a GPU with fla, deterministic_mode is off by default and the recurrence is fla's
 `chunk_gated_delta_rule` kernel: its equality with HF (and HF's own fla path) is not checked
 here; pass `deterministic=True` to model.transformer_config for the torch path there.
-(3) TP > 1 forward: convert.py shards the GDN tensors in the per-rank section layout
-GatedDeltaNet.forward splits (checked tensor by tensor against HF at TP 2), but the TP forward
-cannot run on the CPU for either family (below: sequence parallelism and the torch norms);
-the local spec's `WrappedTorchNorm` (GDN's out_norm; every norm of qwen3_moe) refuses sequence
-parallelism on a GPU as well, so TP > 1 needs the TE spec of (4).
+(3) TP > 1 runs with sequence parallelism (megatron-core requires it for MoE): every norm of
+both families is a local module that supports it (model.RMSNorm / ZeroCenteredRMSNorm, weights
+marked `sequence_parallel` so their gradients are summed over the TP group); checked at TP 2 +
+SP against world size 1 (tests/megatron/test_qwen35_tp_sp.py: logits, log-probs, values,
+replayed routes, losses, every gradient).
 (4) megatron-core's own Qwen3.5 block helper
 (`get_transformer_block_with_experimental_attention_variant_spec`) requires Transformer
 Engine; model.qwen35_block_spec builds the same layers from the local (non-TE) spec. A TE

@@ -27,7 +27,8 @@ Qwen3.5 (`Qwen3_5MoeTextConfig`, model_type `qwen3_5_moe_text`), on top of the a
   local (non-TE) norm of megatron-core, `WrappedTorchNorm`, refuses
   `layernorm_zero_centered_gamma`, so those positions use `ZeroCenteredRMSNorm` below (the same
   x_hat * (1 + w) TE's `zero_centered_gamma` computes); the weights copy 1:1. The GDN output norm
-  is a plain RMSNorm in HF as in megatron-core (`WrappedTorchNorm`);
+  is a plain RMSNorm in HF as in megatron-core: `RMSNorm` below (megatron-core's
+  `WrappedTorchNorm` refuses sequence parallelism), as are all of Qwen3-MoE's norms;
 * megatron-core's helper for this block spec
   (`get_transformer_block_with_experimental_attention_variant_spec`) requires Transformer
   Engine, so `qwen35_block_spec` assembles the same layers from the local spec: the GDN's input
@@ -38,6 +39,12 @@ Qwen3.5 (`Qwen3_5MoeTextConfig`, model_type `qwen3_5_moe_text`), on top of the a
   `deterministic_mode` on where CUDA is absent (the only path that runs on a CPU). The q/k
   L2 norm always calls fla's `l2norm` (a Triton kernel): see t1/train/megatron/__init__.py for
   what that means on a CPU.
+
+Tensor parallelism: MoE with TP > 1 requires sequence parallelism (rows padded to a multiple
+of TP: `seq_multiple`); every norm here supports it. The critic's `ValueHead` gathers the
+sequence. `mark_parallel_weights` sets the TP attributes megatron-core skips when it does not
+initialize weights, and the expert-gradient reduction for EP = 1 with ETP < TP.
+tests/megatron/test_qwen35_tp_sp.py: TP 2 + SP (ETP 1, ETP 2, EP 2) equals world size 1.
 
 Token dispatcher: `allgather` (runs under gloo on the CPU and needs no CUDA streams; the
 `alltoall` dispatcher builds a CUDA stream in its constructor), `alltoall` on GPUs.
@@ -220,6 +227,33 @@ class ZeroCenteredRMSNorm(nn.Module):
         return (y * (1.0 + self.weight.float())).type_as(x)
 
 
+class RMSNorm(nn.Module):
+    """Plain RMSNorm: weight * (x / rms(x)), normalized in fp32 and cast back before the gain
+    (HF `Qwen3MoeRMSNorm`; HF `Qwen3_5MoeRMSNormGated` before its gate, which megatron-core's
+    GatedDeltaNet applies itself). Used where megatron-core's local norm (`WrappedTorchNorm`,
+    which refuses sequence parallelism, required by MoE with TP > 1) would be: Qwen3.5's Gated
+    DeltaNet output norm (`out_norm`) and every norm of Qwen3-MoE.
+
+    The weight is replicated over TP and marked `sequence_parallel` as megatron-core's norms
+    are, so `finalize_model_grads` sums its gradient over the TP group (it does so for marked
+    weights when `config.sequence_parallel`). A layer norm sees its TP rank's slice of the
+    sequence; the GDN `out_norm` sees the whole sequence but only its rank's value heads (the
+    norm is per head, weight [value_head_dim]): either way each rank holds a part of the
+    gradient (tests/megatron/test_qwen35_tp_sp.py shows the GDN norm's gradient wrong without
+    the reduction)."""
+
+    def __init__(self, config, hidden_size: int, eps: float = 1e-6, **_: object) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(hidden_size, dtype=config.params_dtype))
+        self.weight.sequence_parallel = config.sequence_parallel
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * y.to(x.dtype)
+
+
 def qwen35_block_spec(tc):
     """The decoder's TransformerBlockSubmodules for Qwen3.5 from megatron-core's local modules:
     per layer a `GatedDeltaNet` (tc.linear_attention_freq[l] == 1) or the gated `SelfAttention`,
@@ -258,7 +292,7 @@ def qwen35_block_spec(tc):
         module=gdn.GatedDeltaNet,
         submodules=gdn.GatedDeltaNetSubmodules(
             in_proj=backend.column_parallel_linear(),
-            out_norm=backend.layer_norm(rms_norm=True, for_qk=False),
+            out_norm=RMSNorm,
             out_proj=backend.row_parallel_linear(),
         ),
     )
@@ -266,6 +300,32 @@ def qwen35_block_spec(tc):
     offset = get_transformer_layer_offset(tc)
     local = specs[offset : offset + get_num_layers_to_build(tc)]
     return TransformerBlockSubmodules(layer_specs=local, layer_norm=ZeroCenteredRMSNorm)
+
+
+def qwen3_block_spec(tc):
+    """The decoder's TransformerBlockSubmodules for Qwen3-MoE: megatron-core's local layer
+    spec (full attention, q/k norms, MoE) with `RMSNorm` for every norm (input, q/k,
+    pre-MLP, final) in place of its torch norm, which refuses sequence parallelism (which MoE
+    with TP > 1 requires); this pipeline stage's layers only."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_block import (
+        TransformerBlockSubmodules,
+        get_num_layers_to_build,
+    )
+
+    layer = get_gpt_layer_local_spec(
+        num_experts=tc.num_moe_experts,
+        moe_grouped_gemm=False,
+        qk_layernorm=True,
+        normalization="RMSNorm",
+    )
+    layer.submodules.input_layernorm = RMSNorm
+    layer.submodules.pre_mlp_layernorm = RMSNorm
+    layer.submodules.self_attention.submodules.q_layernorm = RMSNorm
+    layer.submodules.self_attention.submodules.k_layernorm = RMSNorm
+    return TransformerBlockSubmodules(
+        layer_specs=[layer] * get_num_layers_to_build(tc), layer_norm=RMSNorm
+    )
 
 
 def padded_vocab(vocab: int, tp: int) -> int:
@@ -276,19 +336,13 @@ def padded_vocab(vocab: int, tp: int) -> int:
 def _gpt(tc, hf_config):
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
     if tc.experimental_attention_variant == "gated_delta_net":
         spec = qwen35_block_spec(tc)
     else:
-        spec = get_gpt_layer_local_spec(
-            num_experts=tc.num_moe_experts,
-            moe_grouped_gemm=False,
-            qk_layernorm=True,
-            normalization="RMSNorm",
-        )
+        spec = qwen3_block_spec(tc)
     vocab, max_position = hf_config.vocab_size, hf_config.max_position_embeddings
-    return GPTModel(
+    model = GPTModel(
         config=tc,
         transformer_layer_spec=spec,
         vocab_size=padded_vocab(vocab, ps.get_tensor_model_parallel_world_size()),
@@ -301,6 +355,49 @@ def _gpt(tc, hf_config):
         rotary_base=_rope_theta(hf_config),
         rotary_percent=_rotary_percent(hf_config),
     )
+    mark_parallel_weights(model)
+    return model
+
+
+def mark_parallel_weights(model: nn.Module) -> None:
+    """Set the parallelism attributes megatron-core leaves off the weights of this build.
+
+    * `tensor_model_parallel` / `partition_dim` / `partition_stride` of the column- and
+      row-parallel linears' and the vocab-parallel embedding's weights: megatron-core 0.16.1
+      sets them inside its weight initialization only, which `perform_initialization=False`
+      (weights come from HF checkpoints) skips. Without them a TP-sharded weight reads as a TP
+      duplicate (`param_is_not_tensor_parallel_duplicate`: counted on TP rank 0 only), so
+      the global gradient norm (dataparallel.grad_norm, megatron-core's optimizer) misses
+      the other TP ranks' shards at TP > 1.
+    * `allreduce = False` on the expert weights when EP = 1 and ETP < TP: megatron-core marks
+      expert weights so (reduced over the expert-data-parallel group) only when EP > 1, but with
+      ETP < TP the experts are replicated over TP ranks that each dispatch only their own
+      tokens (their slice of the sequence under sequence parallelism), so each rank's expert
+      gradient is a part: the expert-data-parallel group (DP x TP / ETP) is where it must be
+      summed, not the dense data-parallel group (which excludes the TP peers)."""
+    from megatron.core.tensor_parallel.layers import (
+        ColumnParallelLinear,
+        RowParallelLinear,
+        VocabParallelEmbedding,
+    )
+
+    dims = ((ColumnParallelLinear, 0), (VocabParallelEmbedding, 0), (RowParallelLinear, 1))
+    for mod in model.modules():
+        for cls, dim in dims:
+            w = getattr(mod, "weight", None)
+            if isinstance(mod, cls) and isinstance(w, nn.Parameter):
+                if not hasattr(w, "tensor_model_parallel"):  # what its init would have set
+                    w.tensor_model_parallel, w.partition_dim, w.partition_stride = True, dim, 1
+                break
+    c = model.config
+    if (
+        c.expert_model_parallel_size == 1
+        and (c.expert_tensor_parallel_size or c.tensor_model_parallel_size)
+        < c.tensor_model_parallel_size
+    ):
+        for name, prm in model.named_parameters():
+            if ".mlp.experts." in name:
+                prm.allreduce = False
 
 
 def build_actor(tc, hf_config) -> nn.Module:
@@ -311,14 +408,28 @@ def build_actor(tc, hf_config) -> nn.Module:
 
 
 class ValueHead(nn.Module):
-    """Linear(hidden, 1) with bias, called like GPTModel's output layer -> (values, None)."""
+    """Linear(hidden, 1) with bias, called like GPTModel's output layer -> (values, None).
 
-    def __init__(self, hidden: int, dtype: torch.dtype) -> None:
+    Replicated on every TP rank. Under sequence parallelism (`gather_sequence`) its input is
+    this rank's slice of the sequence [S/TP, B, H]: it is all-gathered first, so every rank
+    returns the values of the whole sequence, and the backward only splits the gradient back
+    (`tensor_parallel_output_grad=False`): every TP rank computes the same loss from the same
+    values, so its gradient is already the whole one (summing it, as the vocab-parallel output
+    layer must, would count it TP times). For the same reason the head's own weight gradient
+    needs no reduction over TP (it is not marked `sequence_parallel`)."""
+
+    def __init__(self, hidden: int, dtype: torch.dtype, gather_sequence: bool = False) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(1, hidden, dtype=dtype))
         self.bias = nn.Parameter(torch.zeros(1, dtype=dtype))
+        self.gather_sequence = gather_sequence
+        self.sequence_parallel = False  # GPTModel's inference path reads it; never gathers here
 
     def forward(self, x, weight=None, runtime_gather_output=None):  # noqa: ARG002 - GPTModel's call
+        if self.gather_sequence:
+            from megatron.core.tensor_parallel import mappings
+
+            x = mappings.gather_from_sequence_parallel_region(x, tensor_parallel_output_grad=False)
         return F.linear(x, self.weight, self.bias), None
 
 
@@ -331,7 +442,8 @@ def build_critic(tc, hf_config) -> nn.Module:
     tc = dataclasses.replace(tc, moe_enable_routing_replay=False)  # the critic routes live
     m = _gpt(tc, hf_config)
     if ps.is_pipeline_last_stage():
-        m.output_layer = ValueHead(tc.hidden_size, tc.params_dtype)
+        sp = tc.sequence_parallel and ps.get_tensor_model_parallel_world_size() > 1
+        m.output_layer = ValueHead(tc.hidden_size, tc.params_dtype, gather_sequence=sp)
     return m
 
 

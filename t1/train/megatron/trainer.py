@@ -325,6 +325,8 @@ class MegatronTrainer:
             live = R.live_routing(self.actor, b) if replaying else used
         finally:
             R.keep_live(self.actor, False)
+        t = mb.input_ids.shape[1]
+        used, live = _whole_sequence(used, self.actor, t), _whole_sequence(live, self.actor, t)
         record = mb.routing.reshape(-1, *mb.routing.shape[2:]).cpu().numpy()
         n_live, n = mismatch(live.reshape(-1, *live.shape[2:]).numpy(), record)
         n_used, _ = mismatch(used.reshape(-1, *used.shape[2:]).numpy(), record)
@@ -482,3 +484,18 @@ def _ddp(model: torch.nn.Module, distributed_optimizer: bool = False):
 
     cfg = ddp_config(distributed_optimizer)
     return DistributedDataParallel(config=model.config, ddp_config=cfg, module=model)
+
+
+def _whole_sequence(routes: torch.Tensor, model: torch.nn.Module, t: int) -> torch.Tensor:
+    """[B, T', L, k] routes of this rank -> the whole sequence [B, t, L, k]: under sequence
+    parallelism each tensor-parallel rank routed only its slice of the padded sequence, so the
+    slices are gathered over the TP group (rank order = sequence order) and the padding cut."""
+    if M.seq_multiple(model) == 1:
+        return routes
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    group = ps.get_tensor_model_parallel_group()
+    parts = [torch.empty_like(routes) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, routes.contiguous(), group=group)
+    return torch.cat(parts, 1)[:, :t]
