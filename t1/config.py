@@ -98,12 +98,35 @@ class ModelConfig:
     top_k: int = 2
     max_position: int = 8192
     rope_theta: float = 10000.0
+    # qwen3_5_moe only (0 = the tiny default in brackets): every n-th layer full attention, the
+    # rest Gated DeltaNet with these head counts and sizes, and a shared expert of this width
+    full_attention_interval: int = 4
+    linear_key_heads: int = 0  # (kv_heads)
+    linear_value_heads: int = 0  # (heads)
+    linear_key_dim: int = 0  # (head_dim)
+    linear_value_dim: int = 0  # (head_dim)
+    linear_conv_kernel: int = 4
+    shared_expert_intermediate: int = 0  # (expert_intermediate)
     train_dtype: str = "float32"
     # an HF Qwen3.5-MoE / Qwen3-MoE directory (config.json, sharded safetensors +
     # model.safetensors.index.json): the architecture comes from DIR/config.json (t1.model.spec;
     # every key of this section that disagrees with it is an error naming both) and the megatron
     # trainer reads each rank's slices of its weights (t1.train.megatron.hf_load); "" = none
     init_from: str = ""
+
+    def qwen35(self) -> dict[str, int]:
+        """The Qwen3.5 shape this section describes, every 0 resolved to its default; the one
+        mapping that the policy builder, the memory planner and the checkpoint check share."""
+        return {
+            "full_attention_interval": self.full_attention_interval,
+            "linear_key_heads": self.linear_key_heads or self.kv_heads,
+            "linear_value_heads": self.linear_value_heads or self.heads,
+            "linear_key_dim": self.linear_key_dim or self.head_dim,
+            "linear_value_dim": self.linear_value_dim or self.head_dim,
+            "linear_conv_kernel": self.linear_conv_kernel,
+            "shared_expert_intermediate": self.shared_expert_intermediate
+            or self.expert_intermediate,
+        }
 
 
 @dataclass(frozen=True)
@@ -223,6 +246,8 @@ class TrainConfig:
     offload: bool = False  # megatron: move the role not in use (weights + Adam) to the CPU
     recompute: bool = False  # megatron: full activation recompute; R³ replayed in the recompute
     logp_chunk: int = 4096  # megatron: tokens per output-layer chunk of the vocab-parallel log-prob
+    micro_batch: int = 0  # rows per forward/backward micro-batch (0 = ppo.minibatch): what the
+    # trainer runs at once and the memory plan sizes (the megatron pipeline schedule's micro-batch)
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,8 @@ def test_dry_run_prints_the_whole_plan_on_a_fresh_checkout(tmp_path):
         "  layout TP=2 PP=2 EP=16 ETP=1 DP=8 (expert DP=1), recompute=full, distributed "
         "optimizer=on; fits 95.0 GiB per role",
         "memory per role (GiB per GPU):",
-        "  actor: 87.483",
-        "  critic: 84.942",
+        "  actor: 94.643",
+        "  critic: 94.266",
         "  sglang replica: weights 28.43, kv_pool 91.42, static_total 119.85",
         "SGLang replicas: 4",
     ]

@@ -4,13 +4,15 @@
     spec.param_counts()                      # parameters by part; `total` = the actor
 
 `ModelSpec` (one MoE block in every layer; full and Gated DeltaNet linear attention layers),
-`QWEN35_122B` (the 122B preset, framework `megatron`), `tiny_spec` (the tiny CPU model of a
-Config, framework `hf`). The planner itself: t1/model/memory.py.
+`tiny_spec` (the model any Config describes; framework `hf` unless asked), `QWEN35_122B` (the
+122B preset: `tiny_spec` of workflow/config/qwen3.5-122b-a10b.yaml, framework `megatron`, so
+the planner sizes exactly what the campaign runs). The planner itself: t1/model/memory.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -93,40 +95,19 @@ class ModelSpec:
         return out
 
 
-QWEN35_122B = ModelSpec(
-    name="qwen3.5-122b-a10b",
-    layers=48,
-    hidden=3072,
-    vocab=248_320,
-    heads=32,
-    kv_heads=2,
-    head_dim=256,
-    experts=256,
-    top_k=8,
-    expert_ffn=1024,
-    shared_expert_ffn=1024,
-    attn_output_gate=True,
-    full_attention_interval=4,
-    linear_key_heads=16,
-    linear_value_heads=64,
-    linear_key_dim=128,
-    linear_value_dim=128,
-    linear_conv_kernel=4,
-    framework="megatron",
-    seq_len=33_000,
-    micro_batch=1,
-)
-
-
-def tiny_spec(cfg: Any = None) -> ModelSpec:
-    """The tiny CPU model from a Config (or the defaults): t1.model.policy's mapping of `model:`."""
+def tiny_spec(cfg: Any = None, name: str = "tiny", framework: str = "hf") -> ModelSpec:
+    """The model a Config describes (or the defaults), as the planner sizes it: the `model:`
+    section through the same mapping t1.model.policy builds from (ModelConfig.qwen35), the
+    tokenizer's vocabulary, agent.context_tokens per sequence and the trainer's micro-batch
+    (train.micro_batch, else ppo.minibatch)."""
     from t1.config import Config
 
     cfg = cfg or Config()
     m = cfg.model
     qwen35 = m.arch == "qwen3_5_moe"
+    q = m.qwen35()
     return ModelSpec(
-        name="tiny",
+        name=name,
         layers=m.layers,
         hidden=m.hidden,
         vocab=cfg.tokenizer.vocab_size,
@@ -136,17 +117,32 @@ def tiny_spec(cfg: Any = None) -> ModelSpec:
         experts=m.experts,
         top_k=m.top_k,
         expert_ffn=m.expert_intermediate,
-        shared_expert_ffn=m.expert_intermediate if qwen35 else 0,
+        shared_expert_ffn=q["shared_expert_intermediate"] if qwen35 else 0,
         attn_output_gate=qwen35,
-        full_attention_interval=4 if qwen35 else 1,
-        linear_key_heads=m.kv_heads if qwen35 else 0,
-        linear_value_heads=m.heads if qwen35 else 0,
-        linear_key_dim=m.head_dim if qwen35 else 0,
-        linear_value_dim=m.head_dim if qwen35 else 0,
-        framework="hf",
+        full_attention_interval=q["full_attention_interval"] if qwen35 else 1,
+        linear_key_heads=q["linear_key_heads"] if qwen35 else 0,
+        linear_value_heads=q["linear_value_heads"] if qwen35 else 0,
+        linear_key_dim=q["linear_key_dim"] if qwen35 else 0,
+        linear_value_dim=q["linear_value_dim"] if qwen35 else 0,
+        linear_conv_kernel=q["linear_conv_kernel"],
+        framework=framework,
         seq_len=cfg.agent.context_tokens,
-        micro_batch=cfg.ppo.minibatch,
+        micro_batch=cfg.train.micro_batch or cfg.ppo.minibatch,
     )
+
+
+# The 122B preset as the planner sizes it: read from the preset's own config file, the one the
+# campaign runs (`t1 plan-memory --preset qwen3.5-122b-a10b` and the segment's plan use it).
+PRESET_CONFIG = Path(__file__).resolve().parents[2] / "workflow/config/qwen3.5-122b-a10b.yaml"
+
+
+def _preset_122b() -> ModelSpec:
+    from t1.config import load_config
+
+    return tiny_spec(load_config(PRESET_CONFIG), name="qwen3.5-122b-a10b", framework="megatron")
+
+
+QWEN35_122B = _preset_122b()
 
 
 def preset(name: str, config_path: str | None = None) -> ModelSpec:

@@ -83,13 +83,15 @@ def hf_config(cfg: ModelConfig, vocab_size: int):
                 f"model.arch qwen3_5_moe needs a transformers with Qwen3.5: {e}"
             ) from None
 
+        q = cfg.qwen35()
         return Qwen3_5MoeTextConfig(
-            shared_expert_intermediate_size=cfg.expert_intermediate,
-            linear_num_key_heads=cfg.kv_heads,
-            linear_num_value_heads=cfg.heads,
-            linear_key_head_dim=cfg.head_dim,
-            linear_value_head_dim=cfg.head_dim,
-            full_attention_interval=4,
+            shared_expert_intermediate_size=q["shared_expert_intermediate"],
+            linear_num_key_heads=q["linear_key_heads"],
+            linear_num_value_heads=q["linear_value_heads"],
+            linear_key_head_dim=q["linear_key_dim"],
+            linear_value_head_dim=q["linear_value_dim"],
+            linear_conv_kernel_dim=q["linear_conv_kernel"],
+            full_attention_interval=q["full_attention_interval"],
             **common,
         )
     raise ValueError(f"unknown model.arch {cfg.arch!r} (known: qwen3_moe, qwen3_5_moe)")

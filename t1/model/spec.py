@@ -91,7 +91,26 @@ COMPARED = {
     "top_k": ("top_k", "num_experts_per_tok"),
     "max_position": ("max_position", "max_position_embeddings"),
     "rope_theta": ("rope_theta", "rope_parameters.rope_theta"),
+    # qwen3_5_moe (ModelConfig.qwen35 resolves their 0 defaults the same way the builder does)
+    "full_attention_interval": ("full_attention_interval", "layer_types"),
+    "linear_key_heads": ("linear_key_heads", "linear_num_key_heads"),
+    "linear_value_heads": ("linear_value_heads", "linear_num_value_heads"),
+    "linear_key_dim": ("linear_key_dim", "linear_key_head_dim"),
+    "linear_value_dim": ("linear_value_dim", "linear_value_head_dim"),
+    "linear_conv_kernel": ("linear_conv_kernel", "linear_conv_kernel_dim"),
+    "shared_expert_intermediate": ("shared_expert_intermediate", "shared_expert_intermediate_size"),
 }
+QWEN35_ONLY = {k for k in COMPARED if k in ModelConfig().qwen35()}
+
+
+def shape_value(shape: ModelShape, key: str):
+    """The checkpoint's value of config key `key` (None where the checkpoint has none)."""
+    if key in QWEN35_ONLY and shape.arch != "qwen3_5_moe":
+        return None
+    v = getattr(shape, COMPARED[key][0])
+    return v() if callable(v) else v
+
+
 NOT_ARCHITECTURE = ("train_dtype", "init_from")
 
 
@@ -204,8 +223,8 @@ def check(cfg: Config, shape: ModelShape | None = None) -> list[str]:
     for key in sorted(keys):
         if key in NOT_ARCHITECTURE or key not in COMPARED:
             continue
-        field_, ckpt_key = COMPARED[key]
-        have, want = getattr(cfg.model, key), getattr(shape, field_)
+        ckpt_key = COMPARED[key][1]
+        have, want = getattr(cfg.model, key), shape_value(shape, key)
         if want is None:  # e.g. no dense intermediate_size in a Qwen3.5-MoE config
             continue
         if (float(have) != float(want)) if isinstance(want, float) else have != want:
@@ -226,7 +245,7 @@ def check(cfg: Config, shape: ModelShape | None = None) -> list[str]:
 def model_config(shape: ModelShape, base: ModelConfig) -> ModelConfig:
     """`base` with every architecture key replaced by the checkpoint's (train_dtype and
     init_from kept; `intermediate` kept where the checkpoint has none)."""
-    upd = {k: getattr(shape, f) for k, (f, _) in COMPARED.items() if getattr(shape, f) is not None}
+    upd = {k: shape_value(shape, k) for k in COMPARED if shape_value(shape, k) is not None}
     return dataclasses.replace(base, **upd)
 
 

@@ -190,7 +190,7 @@ def trainer_options(cfg: Config, actor_lr: float | None = None) -> dict:
         max_grad_norm=p.max_grad_norm,
         replay=p.replay,
         seed=cfg.run.seed,
-        forward_rows=p.minibatch,
+        forward_rows=cfg.train.micro_batch or p.minibatch,
         device=device_of(p.device),
     )
 
