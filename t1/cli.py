@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "oracle": ("t1.verify.oracle", "run reference solutions (or nothing) and the verifiers"),
     "tokenizer": ("t1.agent.tokenizer_train", "train a byte-level BPE with ChatML specials"),
     "init-policy": ("t1.model.policy", "build the tiny MoE policy from the config and save it"),
+    "base-model": ("t1.run.base_model", "check model.init_from against the config; link its tokenizer and weights"),
     "serve": ("t1.engine.serve", "serve the local engine behind SGLang's /generate schema"),
     "rollout": ("t1.rollout.collect", "sample trajectories in sandboxes and score them"),
     "tito-audit": ("t1.tito.audit", "audit TITO streams of rollout directories"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 
 from t1.config import load_config
 from t1.engine.allocation import split_allocation
-from t1.run.plan import replica_memory, segment_plan
+from t1.run.plan import prelaunch_checks, render, replica_memory, segment_plan
 
 REPO = Path(__file__).resolve().parents[1]
 PRESET = str(REPO / "workflow/config/qwen3.5-122b-a10b.yaml")
@@ -158,3 +159,115 @@ def test_children_spec_runs_one_watched_replica_per_fleet_replica(tmp_path):
     assert line[:4] == ["srun", "--nodes=1", "--ntasks-per-node=1", "--nodelist=n6"]
     assert line[line.index("--url") + 1] == "http://n6:30000"
     assert line[line.index("--model-path") + 1] == "W/../../sft/model/actor"
+
+
+# ------------------------------------------- the trainer's pre-launch checks in the dry run
+
+
+def _check_lines(out: str) -> list[str]:
+    lines = out.splitlines()
+    i = lines.index("checks before launch:")
+    j = next(k for k in range(i + 1, len(lines)) if not lines[k].startswith("  "))
+    return lines[i + 1 : j]
+
+
+def test_dry_run_states_what_check_plan_says_of_the_preset(tmp_path):
+    from t1.train.megatron.plan import check_plan
+
+    r = _dry_run(tmp_path)
+    assert r.returncode == 0, r.stderr
+    (line,) = _check_lines(r.stdout)
+    assert line.startswith("  memory plan (t1.train.megatron.plan.check_plan")
+    try:
+        res = check_plan(load_config(PRESET))
+    except ValueError as e:  # e.g. a layout the trainer refuses (pipeline parallelism)
+        assert f": FAILED: REFUSED: {' '.join(str(e).split())}" in line
+    else:
+        assert (
+            f": OK: fits: actor {res['actor_gib']:.1f} GiB, critic {res['critic_gib']:.1f} " in line
+        )
+        assert "within train.gpu_budget_gib 95 (megatron)" in line
+    assert r.stdout.splitlines()[-1].startswith(f"marker: {RUN}/ppo/iter_00001/DONE")
+
+
+def test_a_refusal_of_check_plan_is_stated_and_the_plan_still_prints(monkeypatch):
+    import t1.train.megatron.plan as P
+
+    def refuse(cfg):
+        raise ValueError("train.pipeline_parallel > 1: the trainer does not drive the schedule")
+
+    monkeypatch.setattr(P, "check_plan", refuse)
+    plan = segment_plan(_args())
+    (check,) = plan["checks"]
+    assert check["ok"] is False
+    assert check["result"] == (
+        "REFUSED: train.pipeline_parallel > 1: the trainer does not drive the schedule"
+    )
+    text = render(plan)
+    assert "check_plan, run by the trainer before launch): FAILED: REFUSED: train.pipeline" in text
+    assert text.splitlines()[-1].startswith(f"marker: {RUN}/ppo/iter_00000/DONE")
+
+
+def test_dry_run_states_fits_or_does_not_fit_with_the_roles_and_the_budget(tmp_path):
+    small = load_config(PRESET, {"train.gpu_budget_gib": 1.0})
+    (c,) = prelaunch_checks(small)
+    assert not c["ok"] and c["result"].startswith("DOES NOT FIT (actor ")
+    assert "critic " in c["result"] and "over train.gpu_budget_gib 1:" in c["result"]
+    (c,) = prelaunch_checks(load_config(REPO / "workflow/config/tiny.yaml"))
+    assert c["ok"] and c["result"].startswith("fits: actor ")
+    assert "within train.gpu_budget_gib 95 (hf)" in c["result"]
+
+
+def _preset_checkpoint(d: Path, **text_overrides) -> Path:
+    """config.json shaped like the released multimodal checkpoint, with QWEN35_122B's numbers."""
+    from t1.model.memory_spec import QWEN35_122B as Q
+
+    text = {
+        "model_type": "qwen3_5_moe_text", "num_hidden_layers": Q.layers, "hidden_size": Q.hidden,
+        "num_attention_heads": Q.heads, "num_key_value_heads": Q.kv_heads,
+        "head_dim": Q.head_dim, "moe_intermediate_size": Q.expert_ffn,
+        "shared_expert_intermediate_size": 1024, "num_experts": Q.experts,
+        "num_experts_per_tok": Q.top_k, "vocab_size": Q.vocab, "max_position_embeddings": 262144,
+        "rope_parameters": {"rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+        "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention"
+                        for i in range(Q.layers)],
+        "linear_num_key_heads": 16, "linear_num_value_heads": 64, "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128, **text_overrides,
+    }  # fmt: skip
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps({"model_type": "qwen3_5_moe", "text_config": text}))
+    return d
+
+
+def test_dry_run_with_init_from_checks_the_checkpoint_too(tmp_path):
+    ck = _preset_checkpoint(tmp_path / "ck", max_position_embeddings=131072)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        Path(PRESET)
+        .read_text()
+        .replace("  arch: qwen3_5_moe", f"  arch: qwen3_5_moe\n  init_from: {ck}")
+    )
+    r = _dry_run(tmp_path, "--config", str(cfg))
+    assert r.returncode == 0, r.stderr
+    spec, mem = _check_lines(r.stdout)
+    assert spec.startswith(f"  model.init_from {ck} (t1.model.spec.check): FAILED: 1 disagreement")
+    assert "model.max_position = 262144" in spec and "= 131072" in spec
+    assert mem.startswith("  memory plan (t1.train.megatron.plan.check_plan")
+    assert (
+        f"{RUN}/base_model/tokenizer - would read (not there yet; made by rule base_model)"
+        in r.stdout
+    )
+    _preset_checkpoint(tmp_path / "ck")  # the same numbers as the preset: it agrees
+    plan = segment_plan(_args(str(cfg)))
+    assert plan["checks"][0] == {
+        "check": f"model.init_from {ck} (t1.model.spec.check)", "ok": True,
+        "result": "agrees with the config",
+    }  # fmt: skip
+    missing = load_config(PRESET, {"model.init_from": str(tmp_path / "nowhere")})
+    spec_c, mem_c = prelaunch_checks(missing)
+    assert (
+        not spec_c["ok"]
+        and "cannot read it" in spec_c["result"]
+        and "does not exist" in spec_c["result"]
+    )
+    assert not mem_c["ok"]

@@ -133,6 +133,60 @@ def trainer_command(
     return backend, [*srun, *torchrun]
 
 
+def prelaunch_checks(cfg) -> list[dict[str, Any]]:
+    """What the trainer checks before it launches, run here on `cfg`: with model.init_from the
+    checkpoint against the config (t1.model.spec.check), then the memory plan
+    (t1.train.megatron.plan.check_plan). One {check, ok, result} each; never raises."""
+    from t1.train.megatron.plan import PlanError, check_plan, plan_for
+
+    out = []
+    if cfg.model.init_from:
+        from t1.model.spec import check
+
+        name = f"model.init_from {cfg.model.init_from} (t1.model.spec.check)"
+        try:
+            errors = check(cfg)
+        except (OSError, ValueError) as e:
+            out.append({"check": name, "ok": False, "result": f"cannot read it: {e}"})
+        else:
+            result = (
+                "agrees with the config"
+                if not errors
+                else (f"{len(errors)} disagreement(s): " + "; ".join(errors))
+            )
+            out.append({"check": name, "ok": not errors, "result": result})
+    name = "memory plan (t1.train.megatron.plan.check_plan, run by the trainer before launch)"
+    t = cfg.train
+    budget = f"train.gpu_budget_gib {t.gpu_budget_gib:g}"
+    try:
+        res = check_plan(cfg)
+    except PlanError as e:
+        roles = ""
+        try:
+            from t1.model.spec import resolve
+
+            r = plan_for(resolve(cfg))
+            roles = f" (actor {r['actor_gib']:.1f} GiB, critic {r['critic_gib']:.1f} GiB)"
+        except Exception:  # noqa: BLE001 - the refusal itself is the result
+            pass
+        out.append({"check": name, "ok": False, "result": f"DOES NOT FIT{roles}: {e}"})
+    except Exception as e:  # noqa: BLE001 - the dry run states any failure and prints on
+        why = "REFUSED" if isinstance(e, ValueError) else f"ERROR ({type(e).__name__})"
+        out.append({"check": name, "ok": False, "result": f"{why}: {e}"})
+    else:
+        out.append(
+            {
+                "check": name,
+                "ok": True,
+                "result": f"fits: actor {res['actor_gib']:.1f} GiB, critic "
+                f"{res['critic_gib']:.1f} GiB per process/GPU within {budget} ({t.backend})",
+            }
+        )
+    for c in out:  # one line each (a SpecMismatch lists its keys on lines of their own)
+        c["result"] = " ".join(c["result"].split())
+    return out
+
+
 def segment_plan(args: argparse.Namespace) -> dict[str, Any]:
     """Everything `t1 segment --dry-run` prints, as data (a test pins it)."""
     from t1.config import load_config
@@ -156,7 +210,10 @@ def segment_plan(args: argparse.Namespace) -> dict[str, Any]:
     inputs = {
         "config": (args.config, "t1 run_config"),
         "train pool": (pool / "manifest.json", "rule pool (t1 pool)"),
-        "tokenizer": (args.tokenizer or run_dir / "tokenizer", "rule tokenizer"),
+        "tokenizer": (
+            args.tokenizer or run_dir / ("base_model" if cfg.model.init_from else "") / "tokenizer",
+            "rule base_model" if cfg.model.init_from else "rule tokenizer",
+        ),
         "SFT actor (step 0, replicas' launch weights)": (sft_actor, "rule sft"),
     }
     if args.critic:
@@ -259,6 +316,7 @@ def segment_plan(args: argparse.Namespace) -> dict[str, Any]:
         "marker": str(args.out),
         "keep_checkpoints": c.keep_checkpoints,
         "notes": notes,
+        "checks": prelaunch_checks(cfg),
     }
 
 
@@ -293,6 +351,9 @@ def render(plan: dict[str, Any]) -> str:
         out.append(f"    {j(r['launch'])}")
     if plan["router"]:
         out.append(f"router: {j(plan['router'])}")
+    out.append("checks before launch:")
+    for c in plan.get("checks", []):
+        out.append(f"  {c['check']}: {'OK' if c['ok'] else 'FAILED'}: {c['result']}")
     out.append("inputs:")
     for r in plan["inputs"]:
         state = "present" if r["exists"] else f"would read (not there yet; made by {r['made_by']})"

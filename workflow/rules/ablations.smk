@@ -30,7 +30,7 @@ ABL_ROLLOUTS = " ".join(
 rule ablation_gap:
     input:
         cfg=ancient(f"{RESULTS}/{NAME}/config.yaml"),
-        tok=f"{RESULTS}/{NAME}/tokenizer",
+        tok=tokenizer_of(NAME),
         sft=f"{RESULTS}/{NAME}/sft/model/DONE.json",
         step0=f"{RESULTS}/{NAME}/ppo/iter_00000/DONE",
     output:
@@ -70,7 +70,7 @@ rule ablation_drift_config:
 rule ablation_drift_rollout:
     input:
         cfg=rules.ablation_drift_config.output,
-        tok=f"{RESULTS}/{NAME}/tokenizer",
+        tok=tokenizer_of(NAME),
         pool=f"{RESULTS}/{NAME}/pool/train/manifest.json",
         sft=f"{RESULTS}/{NAME}/sft/model/DONE.json",
     output:
@@ -137,7 +137,7 @@ rule ablation_critic_config:
 rule ablation_critic:
     input:
         cfg=f"{ABL_DIR}/critic/seed_{{seed}}/config.yaml",
-        tok=f"{RESULTS}/{NAME}/tokenizer",
+        tok=tokenizer_of(NAME),
         sft=f"{RESULTS}/{NAME}/sft/model/DONE.json",
         critic=f"{RESULTS}/{NAME}/critic/warmup/DONE.json",
         final=final_segment(NAME),

@@ -77,8 +77,35 @@ def run_conf(run, dotted):
     return RUNS[run].get(dotted, conf(dotted))
 
 
+# model.init_from: an HF checkpoint directory whose tokenizer and weights the campaign starts
+# from; rule base_model (model.smk) checks it and links them in place of rules tokenizer and
+# init_policy
+INIT_FROM = conf("model.init_from")
+
+
+def tokenizer_of(run):
+    if INIT_FROM:
+        return f"{RESULTS}/{run}/base_model/tokenizer"
+    return f"{RESULTS}/{run}/tokenizer"
+
+
 def tokenizer_dir(wildcards):
-    return f"{RESULTS}/{base(wildcards.run)}/tokenizer"
+    return tokenizer_of(base(wildcards.run))
+
+
+def init_policy_of(run):
+    if INIT_FROM:
+        return f"{RESULTS}/{run}/base_model/policy"
+    return f"{RESULTS}/{run}/policy/init"
+
+
+def init_policy_dir(wildcards):
+    return init_policy_of(wildcards.run)
+
+
+def init_from_config(wildcards):
+    # the checkpoint's config.json: a missing or mistyped model.init_from fails the DAG
+    return ancient(os.path.join(INIT_FROM, "config.json"))
 
 
 CONFIG_FILES = campaign.config_files(
@@ -149,13 +176,13 @@ def sft_start(run):
     # pre-training on the generated corpus (t1 train --stage pretrain) when pretrain.examples > 0
     if conf("pretrain.examples") > 0:
         return f"{RESULTS}/{run}/pretrain/actor"
-    return f"{RESULTS}/{run}/policy/init"
+    return init_policy_of(run)
 
 
 def sft_start_done(wildcards):
     if conf("pretrain.examples") > 0:
         return f"{RESULTS}/{wildcards.run}/pretrain/DONE.json"
-    return f"{RESULTS}/{wildcards.run}/policy/init"
+    return init_policy_of(wildcards.run)
 
 
 def segment_inputs(wildcards):

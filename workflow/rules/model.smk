@@ -1,4 +1,6 @@
-# Model: the tokenizer and the initial policy.
+# Model: the tokenizer and the initial policy: trained / built here (rules tokenizer,
+# init_policy), or with model.init_from those of an HF checkpoint, checked against the config
+# and linked (rule base_model; common.smk tokenizer_of, init_policy_of choose).
 
 
 rule tokenizer:
@@ -41,11 +43,27 @@ rule init_policy:
         "t1 init-policy --config {input.cfg} --tokenizer {input.tok} --out {output} &> {log}"
 
 
+rule base_model:
+    input:
+        cfg=pinned,
+        ckpt=init_from_config,
+    output:
+        tok=directory(f"{RESULTS}/{{run}}/base_model/tokenizer"),
+        policy=directory(f"{RESULTS}/{{run}}/base_model/policy"),
+    log:
+        f"{RESULTS}/{{run}}/logs/base_model/attempt-{ATTEMPT}.log",
+    localrule: True
+    container:
+        TRAINER_IMAGE
+    shell:
+        "t1 base-model --config {input.cfg} --tokenizer-out {output.tok} --out {output.policy} &> {log}"
+
+
 rule pretrain:
     input:
         cfg=pinned,
         tok=tokenizer_dir,
-        policy=rules.init_policy.output,
+        policy=init_policy_dir,
     output:
         f"{RESULTS}/{{run}}/pretrain/DONE.json",
     log:
