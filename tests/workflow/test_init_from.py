@@ -131,8 +131,12 @@ def test_dry_run_with_init_from_has_no_tokenizer_or_init_policy_job(wf, ckpt, pr
     assert tok_users and all(f"--tokenizer {run}/base_model/tokenizer " in c for c in tok_users)
     assert not any(re.search(rf"{run}/tokenizer\b", c) for c in cmds)
     assert not any("policy/init" in c for c in cmds)
-    (pretrain,) = [c for c in cmds if "--stage pretrain" in c]
-    assert f"--from {run}/base_model/policy " in pretrain
+    # what trains first starts from the checkpoint: pre-training (tiny), or SFT where the
+    # preset turns pre-training off (pretrain.examples 0: the real checkpoint is pre-trained)
+    stage = "--stage sft" if preset else "--stage pretrain"
+    (first,) = [c for c in cmds if stage in c]
+    assert f"--from {run}/base_model/policy " in first
+    assert any("--stage pretrain" in c for c in cmds) != preset
 
 
 def test_dry_run_with_init_from_and_no_pretraining_starts_sft_from_the_checkpoint(
