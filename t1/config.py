@@ -38,7 +38,8 @@ class RunConfig:
     seed: int = 0
     results_dir: str = "results"
     # Deterministic mode: seeded sampling, over-sampling admits in launch order, fixed threads,
-    # batch-invariant decoding (the local engine decodes one request at a time).
+    # batch-invariant decoding (the local engine's lean path batches with fixed-shape tiles,
+    # t1/engine/lean.py; its HF path, for models the lean path lacks, one request at a time).
     deterministic: bool = False
     threads: int = 2
 

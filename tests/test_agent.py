@@ -56,7 +56,9 @@ def task(tasks):
 
 @pytest.fixture(scope="module")
 def tag_engine(tok, tasks):
-    return LocalEngine(tool_tag_policy(tok, tasks[:2]), dtype="bfloat16")
+    # float32: the fitted head is marginal by the third turn, and bf16 rounding on some CPUs
+    # (AVX512 bf16 kernels) turns its third tool call into prose (measured: COMPLETED)
+    return LocalEngine(tool_tag_policy(tok, tasks[:2]), dtype="float32")
 
 
 @pytest.fixture(scope="module")

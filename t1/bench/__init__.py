@@ -2,6 +2,7 @@
 
     t1 bench sandbox [--json FILE]     (t1/bench/sandbox.py)
     t1 bench rollout                   (t1/bench/rollout.py)
+    t1 bench engine                    (t1/bench/engine.py: deterministic decode, HF vs lean)
     t1 bench train                     (t1/bench/train.py)
     t1 bench ckpt                      (t1/bench/ckpt.py)
     t1 bench gap                       (t1/bench/gap.py: train-inference gap, 3 settings)
@@ -22,7 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCHMARKS = ("sandbox", "rollout", "train", "ckpt", "gap", "critic", "gpu", "verifier")
+BENCHMARKS = ("sandbox", "rollout", "engine", "train", "ckpt", "gap", "critic", "gpu", "verifier")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

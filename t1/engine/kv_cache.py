@@ -40,11 +40,13 @@ def _is_kv_layer(layer) -> bool:
 
 
 def batchable(cache) -> bool:
+    if not hasattr(cache, "layers"):  # the lean path's RowCache (t1/engine/lean.py)
+        return False
     return all(_is_kv_layer(layer) for layer in cache.layers)
 
 
 def croppable(cache) -> bool:
-    return batchable(cache)
+    return not hasattr(cache, "layers") or batchable(cache)
 
 
 def stack_caches(caches: list) -> tuple[object, list[int]]:

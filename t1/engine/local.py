@@ -11,17 +11,22 @@ one worker thread that owns the model):
    mismatch the cache is cropped to the common prefix (full attention) or dropped (Qwen3.5's
    linear attention states cannot be cropped) and the rest is prefilled;
 2. prefill of each request's uncached suffix, one request at a time (no padding);
-3. decode of all requests together: their caches are left-padded into one batch with an
-   attention mask; rows leave the batch when they finish (stop id, max_new_tokens, context
-   limit, abort);
-4. routing: forward hooks on every gate keep the top-k ids on device during the whole batch
-   (`t1.model.routing.RoutingCapture`); one concatenation at the end, then one copy per request.
+3. decode of all requests together; rows leave the batch when they finish (stop id,
+   max_new_tokens, context limit, abort);
+4. routing: every gate's top-k ids are kept on device during the whole batch; one
+   concatenation at the end, then one copy per request.
+
+Two paths. The lean path (Qwen3 MoE, the default: t1/engine/lean.py) runs plain tensor code
+over per-request KV caches (`RowCache`) and is batch-invariant: a request's ids, logprobs and
+routing are bit-identical whatever shares its decode steps (fixed-shape tiles, attention per
+row, per-row expert gathering), so deterministic mode batches too. The HF path (Qwen3.5, or
+`lean=False`) runs the HF modules: caches left-padded into one batch with an attention mask,
+routing by `t1.model.routing.RoutingCapture`; its numerics depend on the batch, so
+deterministic mode decodes one request at a time there (`from_config`).
 
 Inference runs in `dtype` (bf16 by default, so numerics differ from the fp32 trainer as they
 do at scale). Sampling: temperature, top-p, per-request `torch.Generator` seeded from
-`SamplingParams.seed` (deterministic mode); logprob conventions in t1/engine/base.py. Decode
-numerics depend on which requests share a batch, so deterministic mode (`run.deterministic`)
-decodes one request at a time (`from_config`).
+`SamplingParams.seed` (deterministic mode); logprob conventions in t1/engine/base.py.
 
 Modules: this one holds the engine and its worker; sampling one token is
 t1/engine/sampling.py, the KV cache helpers (prefix match, batching) t1/engine/kv_cache.py.
@@ -48,6 +53,7 @@ from t1.engine.kv_cache import (
     row_cache,
     stack_caches,
 )
+from t1.engine.lean import LeanQwen3Moe, RowCache, supports
 from t1.engine.sampling import sample_token
 from t1.model import routing as rt
 from t1.model.policy import load_policy, torch_dtype
@@ -99,9 +105,21 @@ class LocalEngine:
         max_sessions: int = 64,
         max_batch: int = 8,
         capture: bool = True,
+        lean: bool | None = None,
+        batch_invariant: bool = True,
     ) -> None:
+        """`lean`: None = the lean path where the model supports it (`t1.engine.lean.supports`);
+        `batch_invariant=False` (tests' negative control) lets its matmuls take the batch's M."""
         self.dtype = torch_dtype(dtype)
         self.model = model.to(self.dtype).eval()
+        if lean and not supports(model):
+            raise ValueError(f"{type(model).__name__}: the lean path supports plain Qwen3 MoE only")
+        self.batch_invariant = batch_invariant
+        self._lean = (
+            LeanQwen3Moe(self.model, batch_invariant)
+            if lean is not False and supports(model)
+            else None
+        )
         self.layers, self.k, self.num_experts = rt.routing_shape(model)
         self.record_dtype = torch.uint8 if self.num_experts <= 256 else torch.int16
         self.max_position = int(model.config.max_position_embeddings)
@@ -132,22 +150,31 @@ class LocalEngine:
             torch.set_num_threads(threads)
         return cls(load_policy(path), **kwargs)
 
+    @property
+    def batch_invariant_decoding(self) -> bool:
+        """True when a request's results do not depend on what shares its batch (lean path)."""
+        return self._lean is not None and self._lean.batch_invariant
+
     @classmethod
     def from_config(cls, cfg, model_dir: str | Path) -> LocalEngine:
-        """From a `t1.config.Config`: `engine:` section + `run.threads`. Deterministic mode
-        (`run.deterministic`) decodes one request at a time: which requests share a decode
-        batch depends on timing, and the batch changes the numerics (measured: logprobs off by
-        up to 0.08 in bf16 and a different sampled token), as SGLang's
-        `--enable-deterministic-inference` exists to prevent."""
+        """From a `t1.config.Config`: `engine:` section + `run.threads`. Which requests share a
+        decode batch depends on timing; on the HF path the batch changes the numerics
+        (measured: logprobs off by up to 0.08 in bf16 and a different sampled token), so
+        deterministic mode (`run.deterministic`) decodes one request at a time there, as
+        SGLang's `--enable-deterministic-inference` exists to prevent. The lean path is
+        batch-invariant and keeps `engine.max_batch`."""
         e = cfg.engine
-        return cls.from_dir(
+        engine = cls.from_dir(
             model_dir,
             threads=cfg.run.threads,
             dtype=e.dtype,
             prefix_cache=e.prefix_cache,
             max_sessions=e.max_sessions,
-            max_batch=1 if cfg.run.deterministic else e.max_batch,
+            max_batch=e.max_batch,
         )
+        if cfg.run.deterministic and not engine.batch_invariant_decoding:
+            engine.max_batch = 1
+        return engine
 
     # ------------------------------------------------------------ Engine protocol
 
@@ -238,11 +265,15 @@ class LocalEngine:
         new = load_policy(path, dtype=self.dtype)
         self.model.load_state_dict(new.state_dict())
         self._sessions.clear()
+        if self._lean is not None:  # its fused matrices are copies
+            self._lean = LeanQwen3Moe(self.model, self.batch_invariant)
 
     # ------------------------------------------------------------ generation
 
     @torch.no_grad()
     def _generate_batch(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
+        if self._lean is not None:
+            return self._generate_lean(requests)
         rows = [self._start_row(r, seen) for seen, r in first_of_session(requests)]
         with rt.RoutingCapture(self.model, enabled=self.capture) as cap:
             offset, logits = 0, []
@@ -267,6 +298,38 @@ class LocalEngine:
             decode = cap.collect() if self.capture and any(r.decode_rows for r in rows) else None
             self.stats["decode_s"] += time.perf_counter() - t1
         return [self._finish_row(row, prefill, decode) for row in rows]
+
+    @torch.no_grad()
+    def _generate_lean(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
+        """The lean path: per-request prefill, then batch-invariant decode steps."""
+        lean = self._lean
+        rows = [self._start_row(r, seen) for seen, r in first_of_session(requests)]
+        t0, prefills, offset = time.perf_counter(), [], 0
+        for row in rows:
+            row.cache = row.cache if row.cache is not None else RowCache.empty(lean)
+            logits, routes = lean.prefill(row.req.input_ids[row.reused :], row.cache)
+            row.length = len(row.req.input_ids)
+            row.prefill_rows, offset = (offset, offset + routes.shape[0]), offset + routes.shape[0]
+            prefills.append(routes)
+            self.stats["prefilled_tokens"] += routes.shape[0]
+            self.stats["cached_tokens"] += row.reused
+            self._sample(row, logits[None])
+        t1 = time.perf_counter()
+        self.stats["prefill_s"] += t1 - t0
+        live, steps, captured = [r for r in rows if r.finish is None], [], 0
+        while live:
+            logits, routes = lean.decode([r.out[-1] for r in live], [r.cache for r in live])
+            self.stats["decode_steps"] += 1
+            steps.append(routes)
+            for i, r in enumerate(live):
+                r.length += 1
+                r.decode_rows.append(captured + i)
+                self._sample(r, logits[i : i + 1])
+            captured += len(live)
+            live = [r for r in live if r.finish is None]
+        self.stats["decode_s"] += time.perf_counter() - t1
+        decode = torch.cat(steps) if steps else None
+        return [self._finish_row(row, torch.cat(prefills), decode) for row in rows]
 
     def _start_row(self, req: GenerateRequest, first_of_session: bool) -> _Row:
         row = _Row(req=req)
@@ -419,4 +482,3 @@ def processed_or_prompt(req: GenerateRequest, row: _Row) -> list[int]:
             f"request {req.request_id}: cache holds {row.length} positions, ids {len(tokens)}"
         )
     return tokens
-

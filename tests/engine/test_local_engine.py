@@ -276,7 +276,8 @@ def test_deterministic_mode_is_batch_invariant(policy, tmp_path):
     save_policy(policy, tmp_path / "p")
     cfg = Config(run=RunConfig(deterministic=True, threads=2), engine=EngineConfig(max_batch=8))
     eng = LocalEngine.from_config(cfg, tmp_path / "p")
-    assert eng.max_batch == 1
+    # the lean path is batch-invariant: deterministic mode keeps batching (t1/engine/lean.py)
+    assert eng.max_batch == 8 and eng.batch_invariant_decoding
     prompts = _prompts([7, 19, 11], seed=3)
     params = [SamplingParams(temperature=1.0, max_new_tokens=20, seed=s) for s in (1, 2, 3)]
     together = eng.generate([GenerateRequest(p, sp) for p, sp in zip(prompts, params, strict=True)])
