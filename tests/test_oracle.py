@@ -229,7 +229,9 @@ def test_agent_exports_do_not_reach_the_verifier(tmp_path):
     )
     fake_curl = "#!/bin/sh\necho " + shlex.quote(installer) + "\n"
     with open_task_sandbox(task) as sb:
-        sb.exec(f"mkdir -p /tmp/evil && printf %s {shlex.quote(fake_curl)} > /tmp/evil/curl && chmod +x /tmp/evil/curl")
+        sb.exec(
+            f"mkdir -p /tmp/evil && printf %s {shlex.quote(fake_curl)} > /tmp/evil/curl && chmod +x /tmp/evil/curl"
+        )
         sb.exec("export PATH=/tmp/evil:$PATH")
         assert sb.exec("command -v curl").output.strip() == "/tmp/evil/curl"
         result = score_in_sandbox(task, sb)

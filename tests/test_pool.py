@@ -65,7 +65,7 @@ def test_pool_ranks_dedups_and_writes_a_manifest(tasks, tmp_path):
     assert m["counts"] == {
         "found": 6, "kept": 3, "duplicates_removed": 1, "rejected_by_audit": 1,
         "borderline_left_out": 1, "failed_oracle": 0, "invalid": 0, "unaudited": 0,
-        "binary_only": 0,
+        "binary_only": 0, "imports_agent_code": 0, "hack_checked": 0, "hackable": 0,
     }  # fmt: skip
     on_disk = json.loads((tmp_path / "pool" / "manifest.json").read_text())
     assert on_disk == m and m["schema_version"] == 1 and m["status"] == "complete"

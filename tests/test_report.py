@@ -193,3 +193,30 @@ def test_t1_report_writes_markdown_html_and_summary(tmp_path, capsys):
     page = tmp_path / "page" / "x.html"
     assert t1_main(["report", "--run-dir", str(run), "--html", str(page)]) == 0
     assert page.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_tampered_runs_and_hackable_verifiers_are_counted(tmp_path):
+    run = tmp_path / "run"
+    for i in range(2):
+        IncidentLog(run / "ppo/steps/step_000000/rollout/incidents.jsonl").write(
+            "verifier_tampered",
+            path=f"trajectories/000{i}-t",
+            problem="names differ",
+            action="scored as the no-op",
+        )
+    pool = run / "pool" / "train"
+    pool.mkdir(parents=True)
+    (pool / "manifest.json").write_text(json.dumps({
+        "counts": {"kept": 5, "imports_agent_code": 2, "hack_checked": 2, "hackable": 1},
+        "hackable": [{"id": "weak", "path": "tasks/00001-weak", "hacks": ["always-equal"],
+                      "scores": {"noop": 0.0, "always-equal": 1.0, "exit-0": 0.0}}],
+        "tasks": [],
+    }))  # fmt: skip
+    text = render(run, run / "report.md")
+    section = text.split("## Verifier integrity")[1]
+    assert "Tampered verifier runs (scored as the no-op): 2." in section
+    assert (
+        "2 of 5 verifiers import agent-writable code, 2 checked against the hacks, 1 hackable"
+        in section
+    )
+    assert "| train | weak | always-equal |" in section and "always-equal 1" in section

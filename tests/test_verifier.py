@@ -426,7 +426,7 @@ def test_compartment_args_private_tests_logs_harness_and_loader(tmp_path):
     pairs = {(a[i], a[i + 2]): a[i + 1] for i in range(len(a) - 2) if a[i].startswith("--")}
     assert a[:3] == ["bwrap", "--die-with-parent", "--cap-drop"] and "ALL" in a
     assert "--unshare-pid" in a and "--unshare-net" not in a  # the agent's services answer
-    assert pairs[("--bind", "/tests")] == str(tmp_path / "T")
+    assert pairs[("--ro-bind", "/tests")] == str(tmp_path / "T")  # read-only: nothing writes it
     assert pairs[("--bind", "/logs/verifier")] == str(tmp_path / "L")
     assert a.index("/logs/verifier") > a.index("/logs")  # bound over the agent's /logs
     assert pairs[("--ro-bind", f"{HOST_VIEW}/usr")] == "/usr"

@@ -19,6 +19,12 @@ scores with no agent action (`--noop FILE`: `t1 oracle --agent noop --json` rows
 not measured), which `reward.subtract_noop` subtracts (t1.verify.reward); `assertion_names` the
 names of the oracle's run (`--validated`; null without), against which t1.verify.verifier checks
 every later report (other names or count: `tampered`).
+Verifier checks (t1.curate.pool_hacks): per task `imports_agent_code` (its tests import code the
+agent can write: t1.tasks.agent_imports) with `agent_imports`, and, where validation runs
+(`--validated`, unless `--no-hack-check`; fresh sandboxes, `--hack-jobs` at once) for those
+tasks, `hackable` (the do-nothing hacks of t1.synth.hacks that score above the no-op; null: not
+checked) and `hack_scores`; counts `imports_agent_code`, `hack_checked`, `hackable`, and the
+list `hackable` (hackable tasks stay in the pool, listed; `t1 report` shows them).
 Exit 0 on success, 1 when no task survives, 2 on bad input.
 
 This is the builder, which needs the audit (t1.curate.audit) and the synthesizer's MinHash
@@ -100,8 +106,15 @@ def build_pool(
     offline: bool = False,
     provision_dir: Path | None = None,
     network: str = "never",
+    hack_check: bool | None = None,
+    hack_jobs: int = 1,
+    backend: str = "bwrap",
+    cache_dir: Path | None = None,
+    hack_runner=None,  # noqa: ANN001 - t1.synth.hacks.check_hacks (tests inject one)
 ) -> dict[str, Any]:
     """Rank, deduplicate and materialize; returns the manifest (also written to out/).
+
+    hack_check: run the hack solutions (None: when `validated` is given); see the docstring.
 
     offline: leave out the tasks that cannot run offline with the provision cache at
     `provision_dir` under sandbox.network `network` (t1.tasks.ready), before anything else
@@ -190,6 +203,11 @@ def build_pool(
         kept.append(i)
         for b in range(16):
             bands.setdefault((b, tuple(sig[b * 4 : b * 4 + 4])), []).append(i)
+    from t1.curate.pool_hacks import annotate, fields, summary
+
+    run_hacks = bool(validated) if hack_check is None else hack_check
+    annotate([entries[i] for i in kept], run_hacks, noops, hack_jobs, backend, cache_dir,
+             hack_runner)  # fmt: skip
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "tasks").mkdir(parents=True)
@@ -215,8 +233,10 @@ def build_pool(
                 "assertion_names": e["names"],
                 "audited": e["audited"],
                 "source": str(e["dir"]),
+                **fields(e),
             }
         )
+    hack_counts, hackable = summary(tasks)
     manifest = {
         "schema_version": SCHEMA_VERSION,
         "status": "complete",
@@ -234,8 +254,10 @@ def build_pool(
             "invalid": skipped["invalid"],
             "unaudited": sum(not t["audited"] for t in tasks),
             "binary_only": sum(t["binary_only"] for t in tasks),
+            **hack_counts,
         },
         "categories": _category_counts(tasks),
+        "hackable": hackable,
         "tasks": tasks,
         "removed_duplicates": removed,
     }
@@ -329,6 +351,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--provision", type=Path, default=None, help="provision cache (default: the config's)"
     )
+    parser.add_argument(
+        "--no-hack-check",
+        dest="hack_check",
+        action="store_false",
+        default=None,
+        help="with --validated: do not run the do-nothing hacks (t1.synth.hacks)",
+    )
+    parser.add_argument("--hack-jobs", type=int, default=1, help="hack checks run at once")
 
 
 def writer_lock_dir(out: str | Path) -> Path:
@@ -363,6 +393,9 @@ def main(args: argparse.Namespace) -> int:
                 Path(cfg.sandbox.provision_dir).expanduser() if cfg.sandbox.provision_dir else None
             ),
             network=cfg.sandbox.network,
+            hack_check=args.hack_check,
+            hack_jobs=max(1, args.hack_jobs),
+            cache_dir=Path(cfg.tasks.env_cache).expanduser() if args.config else None,
         )
     except (FileExistsError, ValueError) as e:
         print(f"t1 pool: {e}", file=sys.stderr)
@@ -376,6 +409,12 @@ def main(args: argparse.Namespace) -> int:
         f"{c['unaudited']} unaudited{offline}); "
         f"binary outcomes only: {m['binary_outcomes']}"
     )
+    print(
+        f"  verifiers: {c['imports_agent_code']} import agent-writable code, "
+        f"{c['hack_checked']} checked against the hacks, {c['hackable']} hackable"
+    )
+    for h in m["hackable"]:
+        print(f"  hackable: {h['id']}: {', '.join(h['hacks'])} (scores {h['scores']})")
     for r in m.get("offline", {}).get("not_ready", []):
         print(f"  not ready offline: {r['task']}: {'; '.join(r['missing'])}")
     return 0 if c["kept"] else 1

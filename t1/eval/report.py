@@ -17,6 +17,9 @@ with its EMA, explained variance, value and policy loss, clip fraction, entropy,
 (launched / admitted / dropped, and truncated), TITO drift and placeholder rates; from the
 evaluations, the resolved rate of SFT and PPO on held-out and train-pool tasks (summary.json)
 and per task category.
+Verifier integrity: the rollouts' tampered verifier runs (`verifier_tampered` incidents) and,
+per pool (pool/*/manifest.json, t1.curate.pool_hacks), how many verifiers import agent-writable
+code and which do-nothing hacks fool which verifiers (t1.synth.hacks).
 Tables: the summary, the events, incidents, tasks not ready offline, the PPO steps (metrics;
 rollouts and TITO), the evaluations (overall, per category, per task), TITO audits.
 
@@ -170,6 +173,35 @@ def not_ready_section(run_dir: Path) -> Section | None:
     return Section("Tasks not ready offline (excluded from the pools, not scored)", blocks)
 
 
+def integrity_section(run_dir: Path) -> Section:
+    """Tampered verifier runs (incidents) and, per pool, hackable verifiers (manifests)."""
+    tampered = [r for r in collect_incidents(run_dir) if r.get("kind") == "verifier_tampered"]
+    blocks: list[Block] = [
+        Para([f"Tampered verifier runs (scored as the no-op): {len(tampered)}."])
+    ]
+    rows: list[list[str]] = []
+    for m in sorted(Path(run_dir).glob("pool/*/manifest.json")):
+        try:
+            man = json.loads(m.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        c = man.get("counts", {})
+        if "imports_agent_code" not in c:
+            continue
+        blocks.append(Para(["Pool ", Code(m.parent.name), f": {c['imports_agent_code']} of "
+                            f"{c.get('kept', len(man.get('tasks', [])))} verifiers import "
+                            f"agent-writable code, {c.get('hack_checked', 0)} checked against "
+                            f"the hacks, {c.get('hackable', 0)} hackable."]))  # fmt: skip
+        for h in man.get("hackable") or []:
+            sc = h.get("scores") or {}
+            rows.append([m.parent.name, str(h["id"]), ", ".join(h.get("hacks") or []),
+                         _fmt(sc.get("noop")),
+                         ", ".join(f"{k} {_fmt(v)}" for k, v in sc.items() if k != "noop")])  # fmt: skip
+    if rows:
+        blocks.append(Table(["pool", "task", "hackable by", "no-op score", "hack scores"], rows))
+    return Section("Verifier integrity", blocks)
+
+
 def _step_table(ppo: list[dict[str, Any]], keys: tuple[str, ...]) -> Table | None:
     keys = tuple(k for k in keys if any(k in e for e in ppo))
     if len(keys) < 2:  # the step alone
@@ -285,7 +317,7 @@ def build(run_dir: Path, out: Path, summary: dict[str, Any] | None = None) -> Do
             intro.append(Para(["Reward: ", Code(str(reward["kind"])),
                                f", scale {reward['scale']:g} (fixed for the run)."]))  # fmt: skip
     sections = [summary_section(summary, plot_eval_resolved(summary, out.parent, out.stem))]
-    sections += [events_section(events), incidents_section(run_dir)]
+    sections += [events_section(events), incidents_section(run_dir), integrity_section(run_dir)]
     ready = not_ready_section(run_dir)
     if ready:
         sections.append(ready)

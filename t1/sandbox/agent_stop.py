@@ -9,7 +9,11 @@ and the bash it runs (the loop's death would end the namespace; the verifier nev
 shell), and *services*: processes holding a listening TCP or unix socket (Terminal-Bench
 tasks check servers the agent left running). Repeated until nothing else is left, so a fork
 bomb or a double-forked daemon dies too. Services stay in the agent's namespaces: they never
-see what the verifier mounts.
+see what the verifier mounts. When any survive, `pidns_fd` holds the agent's pid namespace:
+the compartment runs in it (t1.sandbox.compartment, share_pid), so a test that checks a
+service by the pid the agent wrote (`kill -0 $(cat server.pid)`, /proc/PID) finds it. The
+agent's other processes are dead by then; the services, root with no capabilities, can
+neither ptrace nor open the fds of the verifier's non-dumpable runner and harness.
 
 t1.verify.hardened calls it; t1.sandbox.compartment then runs the verifier beside them.
 """
@@ -35,6 +39,7 @@ class Stopped:
     killed: int = 0
     services: dict[int, str] = field(default_factory=dict)
     netns_fd: int | None = None  # an open handle on the agent's network namespace
+    pidns_fd: int | None = None  # the agent's pid namespace, when services survive
 
 
 def _ppid(pid: int) -> int:
@@ -148,4 +153,9 @@ def stop_agent(cg: Cgroup | None, launcher_pid: int | None, rounds: int = 200) -
     else:
         raise SandboxError(f"agent processes kept appearing after {rounds} kill rounds")
     st.services = {p: c for p, c in st.services.items() if Path(f"/proc/{p}").exists()}
+    if st.services and inner:  # the verifier joins it: the tests see them by the agent's pids
+        try:
+            st.pidns_fd = os.open(f"/proc/{inner[0]}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            pass
     return st

@@ -5,7 +5,10 @@
     t1 sandbox run --backend apptainer -- uname -a
 
 start():  apptainer instance start --containall --cleanenv --net --network none
-          --writable-tmpfs --hostname sandbox --bind HOST:INSIDE[:ro] ... IMAGE NAME
+          --overlay ROOT/overlay --hostname sandbox --bind HOST:INSIDE[:ro] ... IMAGE NAME
+          (a host-directory overlay, so the verifier can run in a container of its own over
+          the same files: t1.sandbox.apptainer_verify; T1_APPTAINER_OVERLAY=0 falls back to
+          --writable-tmpfs, and the verifier to the agent's shell)
 shell:    setsid -c prlimit --fsize=N -- apptainer exec --cleanenv --pwd WORKDIR
           --env K=V ... instance://NAME /bin/sh -c LOOP   (t1.sandbox.shell's protocol)
 stop():   apptainer instance stop --force NAME, then the shell's process group is killed.
@@ -74,12 +77,14 @@ def instance_start_args(
     image: str,
     binds: list[tuple[Path, str, bool]],
     cgroups: bool = False,
+    overlay: Path | None = None,
 ) -> list[str]:
-    """`apptainer instance start ...` for one sandbox."""
+    """`apptainer instance start ...` for one sandbox (`overlay`: a writable host dir)."""
     a = ["apptainer", "instance", "start", "--containall", "--cleanenv"]
     if not spec.network:
         a += ["--net", "--network", "none"]
-    a += ["--writable-tmpfs", "--hostname", spec.hostname]
+    a += ["--overlay", str(overlay)] if overlay is not None else ["--writable-tmpfs"]
+    a += ["--hostname", spec.hostname]
     if cgroups:  # needs root or a cgroup v2 delegation to the user
         if spec.limits.memory_mb is not None:
             a += ["--memory", f"{spec.limits.memory_mb}M"]
@@ -212,6 +217,9 @@ class ApptainerSandbox:
         self.logs_dir: Path | None = None
         self.notes: list[str] = []
         self.base_env: dict[str, str] | None = None  # the instance shell's starting environment
+        self.image: str | None = None  # the .sif the instance runs (the verifier's too)
+        self.overlay_dir: Path | None = None  # its writable host-dir overlay (None: a tmpfs)
+        self.prov_root: Path | None = None  # the provision cache bound at /opt/t1
         self._started = False
 
     def _binds(self, prov_root: Path | None) -> list[tuple[Path, str, bool]]:
@@ -250,11 +258,21 @@ class ApptainerSandbox:
         image = spec.image or "docker://debian:bookworm-slim"
         if image.startswith("docker://"):
             image = str(ensure_image(docker_image=image))
+        self.image = image
+        self.prov_root = prov.root if prov else None
+        if os.environ.get("T1_APPTAINER_OVERLAY", "1") != "0":
+            self.overlay_dir = self.root / "overlay"
+            self.overlay_dir.mkdir()
         try:
             r = subprocess.run(
                 instance_start_args(
-                    spec, self.name, image, self._binds(prov.root if prov else None), self.cgroups
-                ),
+                    spec,
+                    self.name,
+                    image,
+                    self._binds(self.prov_root),
+                    self.cgroups,
+                    self.overlay_dir,
+                ),  # fmt: skip
                 capture_output=True,
                 text=True,
             )

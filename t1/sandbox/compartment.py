@@ -12,7 +12,7 @@ Stopping the agent first (services aside): t1.sandbox.agent_stop; the host's own
 inside the compartment and the harness's pytest site: t1.sandbox.hostview.
 
 The compartment is `bwrap` started by this process (host binaries, never a file of the
-sandbox) in a new pid, ipc, uts and mount namespace, and in the agent's network namespace, so
+sandbox) in a new pid (or the agent's, below), ipc, uts and mount namespace, and in the agent's network namespace, so
 the services answer on localhost (`nsenter --net`, entered before bwrap execs, so nothing
 is looked up in the sandbox's mount namespace; not root: a network namespace of its own). It
 binds the agent's filesystem (the /usr, /etc, /var overlays, the workdir, /tmp, /root, /home,
@@ -28,12 +28,15 @@ world-writable like /tmp, a cgroup of its own (killed whole when the verifier en
 
 Its root is private (as root; `private_root`): an overlay mounted on the host whose top layer
 holds a fresh copy of the task's tests as an opaque /tests, over the agent's root (when it
-has one: an env layer's rootfs), with an upper dir of its own. So /tests is a plain writable
-dir the tests may rewrite or move aside (a real TB task `shutil.move`s it around each run; a
-bind's mount point could not be renamed), nothing the agent or a service puts in its own
-/tests shows through, and what the verifier writes at / never reaches the agent. The
-overlay is unmounted and removed when the verifier ends. Not root: /tests is a bind of the
-copy (writable, not movable).
+has one: an env layer's rootfs), with an upper dir of its own; /tests itself is bound
+read-only from there (the task's script runs the agent's code before pytest collects: nothing
+may rewrite the tests). Nothing the agent or a service puts in its own /tests shows through,
+and what the verifier writes at / never reaches the agent. The overlay is unmounted and
+removed when the verifier ends. Not root: /tests is a read-only bind of the copy.
+
+With `pidns_fd` (services survived: t1.sandbox.agent_stop) the compartment has no pid
+namespace of its own: `bwrap --pidns FD` puts it in the agent's, with that namespace's /proc,
+so tests see the services under the pids the agent saw.
 
 The outcome channel is a pipe: its write end is passed to the compartment as one fd (the
 harness makes it non-inheritable at once), its read end stays here.
@@ -103,10 +106,11 @@ def compartment_args(
     vlogs_dir: Path,
     harness_dir: Path,
     share_net: bool,
-    site_dir: Path | None = None,
+    site_dir: Path | dict[str, Path] | None = None,
     host_root: Path = Path("/"),
     root_dir: Path | None = None,
     mask_dir: Path | None = None,
+    share_pid: bool = False,
 ) -> list[str]:
     """bwrap argv of the verifier compartment over the agent sandbox `plan` (pure).
 
@@ -114,11 +118,15 @@ def compartment_args(
     host view's secrets (HOST_VIEW/{usr,etc}), so the tests see no host secret there either.
 
     root_dir: the private root (`private_root`'s merged dir, /tests inside); else the agent's
-    root (if any) and /tests a bind of `tests_dir`."""
+    root (if any) and /tests a bind of `tests_dir`; either way /tests is read-only.
+
+    share_pid: no pid namespace of its own: the caller adds `--pidns FD` (the agent's, where
+    its services run), so the tests see them under the pids the agent saw.
+    site_dir: one dir bound at HARNESS_INSIDE/site, or {name: dir} bound at HARNESS_INSIDE/name."""
     a = ["bwrap", "--die-with-parent", "--cap-drop", "ALL"]
     if as_root:  # tests may drop to a task's unprivileged user (preexec setgid/setuid)
         a += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    a += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    a += ([] if share_pid else ["--unshare-pid"]) + ["--unshare-ipc", "--unshare-uts"]
     if not share_net:
         a.append("--unshare-net")
     if not as_root:
@@ -147,8 +155,9 @@ def compartment_args(
     if plan.logs_host is not None:
         a += ["--bind", str(plan.logs_host), "/logs"]
     a += ["--bind", str(vlogs_dir), "/logs/verifier"]
-    if root_dir is None:
-        a += ["--bind", str(tests_dir), "/tests"]
+    # read-only to the script, the tests and every process they start (the script runs the
+    # agent's code before pytest collects)
+    a += ["--ro-bind", str(root_dir / "tests" if root_dir is not None else tests_dir), "/tests"]
     # /run/t1 searchable and the harness's TMPDIR world-writable (sticky) as /tmp is: tests
     # that drop to an unprivileged user run their temp files from there
     a += ["--perms", "0755", "--dir", "/run/t1"]
@@ -158,8 +167,9 @@ def compartment_args(
         for rel in masked_in_layer(mask_dir, host_root, ("usr", "etc")):
             a += ["--ro-bind", str(mask_dir / rel), f"{HOST_VIEW}/{rel}"]
     a += ["--ro-bind", str(harness_dir), HARNESS_INSIDE, "--perms", "1777", "--dir", TMP_INSIDE]
-    if site_dir is not None:
-        a += ["--ro-bind", str(site_dir), f"{HARNESS_INSIDE}/site"]
+    sites = {"site": site_dir} if isinstance(site_dir, Path) else (site_dir or {})
+    for name, d in sites.items():
+        a += ["--ro-bind", str(d), f"{HARNESS_INSIDE}/{name}"]
     a += ["--ro-bind", "/dev/null", "/etc/ld.so.preload"]
     if (host_root / "etc/nsswitch.conf").is_file():
         a += ["--ro-bind", str(host_root / "etc/nsswitch.conf"), "/etc/nsswitch.conf"]
@@ -235,7 +245,8 @@ def run_compartment(
     channel: bool = True,
     limits: Limits | None = None,
     output_cap: int = 1 << 20,
-    site_dir: Path | None = None,
+    site_dir: Path | dict[str, Path] | None = None,
+    pidns_fd: int | None = None,
 ) -> CompartmentRun:
     """Run `argv` (inside paths; may contain "{fd}") in the compartment; collect the channel."""
     t0 = time.monotonic()
@@ -245,18 +256,20 @@ def run_compartment(
     proot = private_root(sandbox.plan, tests_dir) if as_root else None
     try:
         return _run(sandbox, argv, env, tests_dir, vlogs_dir, harness_dir, timeout, netns_fd,
-                    channel, limits, output_cap, site_dir, as_root, share_net, proot, t0)  # fmt: skip
+                    channel, limits, output_cap, site_dir, as_root, share_net, proot, t0,
+                    pidns_fd if as_root else None)  # fmt: skip
     finally:
         if proot is not None:
             drop_private_root(proot)
 
 
 def _run(sandbox, argv, env, tests_dir, vlogs_dir, harness_dir, timeout, netns_fd, channel,
-         limits, output_cap, site_dir, as_root, share_net, proot, t0) -> CompartmentRun:  # fmt: skip
+         limits, output_cap, site_dir, as_root, share_net, proot, t0,
+         pidns_fd=None) -> CompartmentRun:  # fmt: skip
     inner = compartment_args(
         sandbox.plan, sandbox.spec, as_root, tests_dir, vlogs_dir, harness_dir, share_net,
         site_dir, root_dir=proot.merged if proot is not None else None,
-        mask_dir=maskmod.mask_layer() if as_root else None,
+        mask_dir=maskmod.mask_layer() if as_root else None, share_pid=pidns_fd is not None,
     )  # fmt: skip
     inner[0] = _which("bwrap")
     r_fd, w_fd = os.pipe()
@@ -264,7 +277,12 @@ def _run(sandbox, argv, env, tests_dir, vlogs_dir, harness_dir, timeout, netns_f
     pre: list[str] = []
     if share_net:
         pass_fds.append(netns_fd)
-        pre = [_which("nsenter"), f"--net=/proc/self/fd/{netns_fd}", "--"]
+        pre = [_which("nsenter"), f"--net=/proc/self/fd/{netns_fd}"]
+    if pre:
+        pre.append("--")
+    if pidns_fd is not None:  # bwrap joins it and mounts that namespace's own /proc
+        pass_fds.append(pidns_fd)
+        inner[1:1] = ["--pidns", str(pidns_fd)]
     cg = (
         Cgroup.create(f"{sandbox.name}-v{os.urandom(3).hex()}", limits or sandbox.spec.limits)
         if as_root

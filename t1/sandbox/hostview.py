@@ -62,9 +62,10 @@ class Pristine:
         ]
 
 
-def harness_site(provision_root: Path, specs: list[str], cache: Path = HARNESS_CACHE) -> Path:
-    """A directory with pytest and `specs` installed for the host's python3 (cached by specs
-    and the wheelhouse's mtime).
+def harness_site(provision_root: Path, specs: list[str], cache: Path = HARNESS_CACHE,
+                 python: Path | None = None) -> Path:  # fmt: skip
+    """A directory with pytest and `specs` installed for the host's python3 (or `python`, a
+    provisioned interpreter; cached by specs, interpreter and the wheelhouse's mtime).
 
     Built on the host by the provisioned `uv` from the provisioned wheelhouse (offline), never
     inside a sandbox. Raises SandboxError naming the spec that is not provisioned.
@@ -72,7 +73,9 @@ def harness_site(provision_root: Path, specs: list[str], cache: Path = HARNESS_C
     specs = sorted(set(specs))
     wheels = Path(provision_root) / "wheels"
     stamp = f"{wheels.resolve()}:{wheels.stat().st_mtime_ns if wheels.is_dir() else 0}"
-    key = hashlib.sha256("\n".join([stamp, *specs]).encode()).hexdigest()[:16]
+    py = os.path.realpath(python or "/usr/bin/python3")
+    key = hashlib.sha256("\n".join([stamp, *specs] + ([py] if python else [])).encode())
+    key = key.hexdigest()[:16]
     out = Path(cache) / key
     if (out / ".done").is_file():
         return out
@@ -82,7 +85,7 @@ def harness_site(provision_root: Path, specs: list[str], cache: Path = HARNESS_C
     tmp = out.with_name(f".{key}.{os.getpid()}.{os.urandom(4).hex()}.tmp")  # threads build too
     shutil.rmtree(tmp, ignore_errors=True)
     cmd = [str(uv), "pip", "install", "--offline", "--no-index", "--quiet", "--find-links",
-           str(wheels), "--python", os.path.realpath("/usr/bin/python3"),
+           str(wheels), "--python", py,
            "--target", str(tmp), *specs]  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if r.returncode != 0:

@@ -10,6 +10,10 @@ path `t1 oracle` takes):
    the child's environment), then the verifier: every NEW assertion must fail;
 3. no-op: nothing, then the verifier: its score is recorded (a task the no-op resolves is
    rejected). For a seed (no parent) the "before" state is the no-op state: one run serves both.
+4. hacks (t1.synth.hacks), only when the tests import code the agent can write
+   (t1.tasks.agent_imports): an always-equal, an exit-0 and a pytest-patching module planted
+   where the tests import from, one fresh sandbox each; a verifier that scores any of them
+   above the no-op is rejected (`hacks` in the row says which and the scores).
 
 The row (a dict, JSON-ready) says `status` accepted | rejected with `reasons`, and carries the
 per-state outcomes, the no-op score, the metrics and the seconds. Nothing here raises for a
@@ -150,6 +154,15 @@ def validate_task(
                 )
             if noop["total"] and noop["passed"] == noop["total"]:
                 reasons.append("the no-op resolves the task")
+        if not reasons:
+            from t1.synth.hacks import check_hacks, describe
+
+            hk = check_hacks(
+                task, (noop["passed"], noop["total"]), backend, cache, runner=run_state
+            )
+            row["hacks"] = hk
+            if hk["hackable"]:
+                reasons.append(describe(hk))
     except Exception as e:  # a broken candidate is a reason, never a crash of the run
         reasons.append(f"{type(e).__name__}: {e}")
         row["traceback"] = traceback.format_exc()[-2000:]

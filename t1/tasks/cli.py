@@ -7,6 +7,10 @@
                                               `t1 provision` line that fixes it
 
 Each DIR is a task directory or a directory of tasks (see `t1.tasks.load.find_tasks`).
+Each loadable task whose tests import code the agent can write (t1.tasks.agent_imports:
+`sys.path.insert(0, "/app")` then imports, or modules its solution provides; such verifiers
+trust the agent's answers, t1.synth.hacks checks them) gets a line `  imports agent code: ...`,
+and the count closes the output: `N of M loadable tasks' tests import agent-writable code`.
 `--offline` checks against the provision cache (`--provision DIR`, default $T1_PROVISION or
 ~/.cache/t1/provision) under `--network never|task` (the config's sandbox.network); `--json
 FILE` writes the rows ({task, path, ready, missing, notes}).
@@ -52,7 +56,7 @@ def main(args: argparse.Namespace) -> int:
     if not tasks:
         print("t1 tasks check: no task directories found", file=sys.stderr)
         return 2
-    bad = 0
+    bad = importing = 0
     for path in tasks:
         problems = check_task(path)
         if problems:
@@ -60,8 +64,14 @@ def main(args: argparse.Namespace) -> int:
             print(f"FAIL {path} ({len(problems)} problem{'s' if len(problems) > 1 else ''})")
             for p in problems:
                 print(f"  {p}")
-        elif not args.offline:
+            continue
+        if not args.offline:
             print(f"ok   {path}")
+        line = _agent_imports_line(path)
+        if line:
+            importing += 1
+            print(line)
+    print(f"{importing} of {len(tasks) - bad} loadable tasks' tests import agent-writable code")
     print(f"{len(tasks) - bad} of {len(tasks)} tasks ok", file=sys.stderr)
     if not args.offline:
         return 1 if bad else 0
@@ -76,3 +86,18 @@ def main(args: argparse.Namespace) -> int:
         rows_out = [r.row() for r in rows]  # a list of rows, as readers expect
         write_json_atomic(args.json, rows_out, schema_version=None, status=None)
     return 1 if bad or n_ready < len(rows) else 0
+
+
+def _agent_imports_line(path: Path) -> str | None:
+    """`  imports agent code: calc (from /app)` for a task whose tests do, else None."""
+    from t1.tasks.agent_imports import agent_imports
+    from t1.tasks.load import load_task
+
+    try:
+        ai = agent_imports(load_task(path))
+    except Exception:  # noqa: BLE001 - it loaded a moment ago; a race is not a problem of the task
+        return None
+    if not ai.writable:
+        return None
+    where = f" (from {', '.join(ai.dirs)})" if ai.dirs else ""
+    return f"  imports agent code: {', '.join(ai.modules + ai.files)}{where}"

@@ -21,14 +21,17 @@ from pathlib import Path
 from t1.tasks.model import Task
 from t1.verify.in_shell import TESTS_DIR
 from t1.verify.outcomes import OUTCOMES, PASSING, Assertion, _nodeid_name, outcomes_from
-from t1.verify.pytest_plan import _ini, _tail_paths, harness_env, pytest_plan
+from t1.verify.pytest_plan import _ini, harness_env, pytest_plan, tail_dirs
 from t1.verify.result import _MAX_READ_BYTES, OUTPUT_KEEP_CHARS, VerifierResult
 
 HARNESS_SOURCE = Path(__file__).with_name("harness.py")
-# shipped next to the harness (it loads them by path): the agent's process and the proxy
+# shipped next to the harness (it loads them by path): the agent's process and the proxy;
+# the runner that runs the task's script and starts the harness for its pytest calls
 HARNESS_SIBLINGS = (
     Path(__file__).with_name("proxy.py"),
     Path(__file__).with_name("proxy_client.py"),
+    Path(__file__).with_name("proxy_import.py"),
+    Path(__file__).with_name("script_runner.py"),
 )
 PROXY = True  # False: the agent's code runs inside pytest (`t1 bench verifier` only)
 PYTEST_INI = (
@@ -105,12 +108,69 @@ def merge_records(records: list[dict]) -> tuple[list[Assertion], str | None]:
     return out, None
 
 
+def runner_outcomes(
+    records: list[dict], bad_lines: int = 0
+) -> tuple[list[Assertion], str | None, str | None, int]:
+    """(assertions, tamper evidence, problem, runs) from the runner's channel
+    (t1.verify.script_runner): each harness run's lines checked (`check_signed`) and merged
+    (`merge_records`) on their own, then across runs, a test failing in any run failing."""
+    evidence = [f"{bad_lines} line(s) in the channel that are not records"] if bad_lines else []
+    lines: dict[int, list[str]] = {}
+    end = None
+    problems: list[str] = []
+    for rec in records:
+        if rec.get("end") is True and "run" not in rec:
+            end = rec
+            break
+        k = rec.get("run")
+        if not isinstance(k, int) or isinstance(k, bool):
+            evidence.append(f"a channel record that is not the runner's: {json.dumps(rec)[:160]}")
+            continue
+        if "error" in rec:
+            problems.append(str(rec["error"])[:300])
+        lines.setdefault(k, []).append(str(rec.get("line", "")))
+    merged: dict[str, str] = {}
+    for k in sorted(lines):
+        recs, bad = [], 0
+        for line in lines[k]:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                bad += 1
+                continue
+            if isinstance(rec, dict):
+                recs.append(rec)
+            else:
+                bad += 1
+        signed, ev = check_signed(recs, bad)
+        if ev:
+            evidence.append(f"pytest run {k}: {ev}")
+        got, problem = merge_records(signed)
+        if problem:
+            problems.append(f"pytest run {k}: {problem}")
+        for a in got:
+            prev = merged.get(a.name)
+            if prev is None or (prev in PASSING and a.outcome not in PASSING):
+                merged[a.name] = a.outcome
+    if end is None:
+        problems.append("the verifier's runner ended without its end record")
+    elif not lines:
+        problems.append(
+            f"the verifier script never ran pytest (exit {end.get('script_exit')}): no outcomes, "
+            "so none of the task's tests passed"
+        )
+    out = [Assertion(n, o) for n, o in merged.items()]
+    tampered = "; ".join(dict.fromkeys(evidence))[:2000] or None
+    return out, tampered, "; ".join(problems) or None, len(lines)
+
+
 def _score_hardened(task: Task, sandbox, timeout: float | None) -> VerifierResult:
     """Stop the agent, then run the verifier in the compartment (t1.sandbox.compartment)."""
     from t1.sandbox.agent_stop import stop_agent
-    from t1.sandbox.compartment import HARNESS_INSIDE, run_compartment
-    from t1.sandbox.hostview import Pristine, harness_site
+    from t1.sandbox.compartment import HARNESS_INSIDE, TMP_INSIDE, run_compartment
+    from t1.sandbox.hostview import Pristine
     from t1.sandbox.provision import locate
+    from t1.verify.script_plan import prepare_runner, runner_argv
 
     t0 = time.monotonic()
     timeout = timeout or task.verifier_timeout_s
@@ -151,14 +211,10 @@ def _score_hardened(task: Task, sandbox, timeout: float | None) -> VerifierResul
                 raise RuntimeError(
                     "no provision cache (run `t1 provision`): the harness needs pytest"
                 )
-            site = harness_site(prov.root, specs)
-            argv = pristine.argv("/usr/bin/python3") + [
-                "-I", "-S", f"{HARNESS_INSIDE}/{HARNESS_SOURCE.name}", "--fd", "{fd}",
-                "--site", f"{HARNESS_INSIDE}/site", "--trust", TESTS_DIR, *_tail_paths(task),
-                *([] if PROXY else ["--no-proxy"]), "--", *targets,
-                "-c", _ini(tests_dir, HARNESS_INSIDE), "--rootdir", TESTS_DIR,
-                "--confcutdir", TESTS_DIR, "-p", "no:cacheprovider", "-rA",
-            ]  # fmt: skip
+            site = prepare_runner(harness, task, tests_dir, pristine, prov, specs,
+                                  _ini(tests_dir, HARNESS_INSIDE), tail_dirs(), PROXY,
+                                  HARNESS_INSIDE, TMP_INSIDE, fallback=targets)  # fmt: skip
+            argv = runner_argv(pristine, HARNESS_INSIDE)
         else:
             site = None
             script = "run-tests.sh" if task.layout == "v1" else task.verifier.script.name
@@ -169,20 +225,26 @@ def _score_hardened(task: Task, sandbox, timeout: float | None) -> VerifierResul
             ]
         run = run_compartment(
             sandbox, argv, env, tests_dir, vlogs, harness, timeout, stopped.netns_fd,
-            channel=plan is not None, site_dir=site,
+            channel=plan is not None, site_dir=site, pidns_fd=stopped.pidns_fd,
         )  # fmt: skip
     except Exception as e:  # noqa: BLE001
         return VerifierResult(error=f"verifier could not run: {e}", seconds=time.monotonic() - t0,
                               hardened=True, notes=notes)  # fmt: skip
     finally:
         drain.stop()
-        if stopped.netns_fd is not None:
-            os.close(stopped.netns_fd)
+        for fd in (stopped.netns_fd, stopped.pidns_fd):
+            if fd is not None:
+                os.close(fd)
     output = run.output
     error = tampered = None
     if plan is not None:
-        records, tampered = check_signed(run.records, run.bad_lines)
-        assertions, problem = merge_records(records)
+        assertions, tampered, problem, runs = runner_outcomes(run.records, run.bad_lines)
+        notes.append(f"pytest runs of the script: {runs}")
+        if any(r.get("end") is True and r.get("fallback") for r in run.records):
+            notes.append(
+                "the script called pytest in no form the shims intercept (e.g. an interpreter "
+                "by absolute path): the harness ran the test files it names after the script"
+            )
         (vlogs / "outcomes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in run.records))
         source, reward_value = "junit", None
         if problem is None and not assertions:

@@ -32,7 +32,7 @@ process was forked off, so that process never sees it): a record the harness did
 
 The agent's code never runs here: before pytest is imported the harness forks the agent's
 process (t1.verify.proxy; it closes the outcome fd first) and puts an import hook in front of
-sys.meta_path (t1.verify.proxy_client) that imports every module from outside the trusted dirs
+sys.meta_path (t1.verify.proxy_import) that imports every module from outside the trusted dirs
 (the stdlib, this dir and its site, `--trust` dirs) THERE, behind remote handles. `--no-proxy`
 (t1 bench verifier only) turns that off. Tamper telemetry (what this process can still see):
 audit events for gc.get_objects/get_referrers/get_referents, sys._getframe, ctypes,
@@ -250,8 +250,9 @@ def main(argv: list[str]) -> int:
     importer = None
     if "--no-proxy" not in opts:  # fork the agent's process before anything else is imported
         wire, client = _sibling("proxy"), _sibling("proxy_client")
+        hook = _sibling("proxy_import")
         sock, pid = wire.fork_child(close_fds=[fd])
-        importer = client.RemoteImporter(client.Connection(sock, pid), trust.roots)
+        importer = hook.RemoteImporter(client.Connection(sock, pid), trust.roots)
         importer.install()
     reporter = Reporter(fd, trust, importer)
     sys.addaudithook(reporter.audit)

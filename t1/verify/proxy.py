@@ -2,7 +2,7 @@
 
     (inside the compartment only; t1.verify.harness forks it before pytest starts)
     conn = fork_child(close_fds=[outcome_fd])     # the reporter's end; the child serves it
-    t1.verify.proxy_client.RemoteImporter(conn)  # the reporter's import hook (sys.meta_path)
+    t1.verify.proxy_import.RemoteImporter(conn)  # the reporter's import hook (sys.meta_path)
 
 This file imports nothing of t1: it is shipped next to the harness into /run/t1/harness and
 loaded there under the name `_t1_proxy` (t1.verify.harness._sibling).

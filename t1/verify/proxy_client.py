@@ -1,7 +1,7 @@
 """The reporter's side of the verifier proxy: remote handles and the import hook.
 
-    finder = RemoteImporter(Connection(sock, pid), trusted=["/tests", ...])
-    finder.install()              # sys.meta_path[0]; the harness keeps it in front of pytest's
+    conn = Connection(sock, pid)       # requests to the agent's process; handles decode here
+    (the import hook that makes RemoteModules of untrusted modules: t1.verify.proxy_import)
 
 This file imports nothing of t1 (shipped into the compartment like t1.verify.proxy, loaded as
 `_t1_proxy_client`). The agent's process and the wire: t1.verify.proxy.
@@ -21,12 +21,8 @@ gone, every operation raises RuntimeError (the test fails), nothing is reported 
 """
 
 import builtins
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import inspect
 import io
-import os
 import sys
 import threading
 import types
@@ -460,82 +456,3 @@ class RemoteModule(types.ModuleType):
 
     def __repr__(self):
         return f"<agent module {self.__name__!r} (t1 proxy)>"
-
-
-class _RemoteLoader(importlib.abc.Loader):
-    def __init__(self, conn: Connection, file: str | None = None) -> None:
-        self.conn, self.file = conn, file
-
-    def create_module(self, spec):
-        return RemoteModule(spec.name)
-
-    def exec_module(self, module) -> None:
-        got = self.conn.request(
-            "import",
-            name=module.__name__,
-            path=[str(p) for p in sys.path if isinstance(p, str)],
-            file=self.file,
-        )
-        if not isinstance(got, RemoteModule):
-            raise ImportError(f"the agent's process did not import {module.__name__}")
-        object.__setattr__(module, "_t1_remote", object.__getattribute__(got, "_t1_remote"))
-
-
-class RemoteImporter(importlib.abc.MetaPathFinder):
-    """sys.meta_path finder: a module from an untrusted path is imported in the agent's process."""
-
-    def __init__(self, conn: Connection, trusted) -> None:
-        self.conn = conn
-        self.trusted = tuple(os.path.realpath(t).rstrip("/") + "/" for t in trusted)
-        self.remote: list[str] = []
-
-    def is_trusted(self, path: str | None) -> bool:
-        if not path:
-            return False
-        return (os.path.realpath(path) + "/").startswith(self.trusted)
-
-    def find_spec(self, name, path=None, target=None):
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None:
-            return None
-        where = [spec.origin] if spec.has_location else list(spec.submodule_search_locations or [])
-        if where and all(self.is_trusted(p) for p in where):
-            return spec
-        self.remote.append(name)
-        remote = importlib.machinery.ModuleSpec(
-            name,
-            _RemoteLoader(self.conn),
-            origin=spec.origin,
-            is_package=spec.submodule_search_locations is not None,
-        )
-        if spec.submodule_search_locations is not None:
-            remote.submodule_search_locations = list(spec.submodule_search_locations)
-        remote.has_location = spec.has_location
-        return remote
-
-    def spec_from_file_location(self, original):
-        """importlib.util.spec_from_file_location, remote for an untrusted file."""
-
-        def spec_from_file_location(name, location=None, *args, **kwargs):
-            spec = original(name, location, *args, **kwargs)
-            if spec is None or self.is_trusted(spec.origin):
-                return spec
-            self.remote.append(name)
-            return importlib.machinery.ModuleSpec(
-                name, _RemoteLoader(self.conn, str(spec.origin)), origin=spec.origin
-            )
-
-        return spec_from_file_location
-
-    def install(self) -> None:
-        self.front()
-        importlib.util.spec_from_file_location = self.spec_from_file_location(
-            importlib.util.spec_from_file_location
-        )
-        sys.path_importer_cache.clear()
-
-    def front(self) -> None:
-        """Put this finder first (pytest inserts its assertion rewriter at the front)."""
-        if sys.meta_path and sys.meta_path[0] is self:
-            return
-        sys.meta_path[:] = [self, *(f for f in sys.meta_path if f is not self)]

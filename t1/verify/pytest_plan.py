@@ -67,11 +67,17 @@ def _tail_paths(task: Task) -> list[str]:
     text = script.read_text(errors="replace") if script is not None and script.is_file() else ""
     if re.search(r"\buvx\b|\buv\s+run\b", text):
         return []
+    return [x for d in tail_dirs() for x in ("--tail-path", d)]
+
+
+def tail_dirs() -> list[str]:
+    """The agent's site dirs (t1.verify.script_runner appends them to sys.path of a harness run
+    for `pytest` / `python -m pytest`, never for `uv run` / `uvx`)."""
     ver = re.search(r"python(3\.\d+)$", os.path.realpath("/usr/bin/python3"))
     v = ver.group(1) if ver else "3"
     dirs = [f"/usr/local/lib/python{v}/dist-packages", "/usr/lib/python3/dist-packages",
             f"/usr/local/lib/python{v}/site-packages"]  # fmt: skip
-    return [x for d in dirs for x in ("--tail-path", d)]
+    return dirs
 
 
 def harness_env(task: Task, base_env: dict[str, str] | None) -> dict[str, str]:

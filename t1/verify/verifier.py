@@ -15,27 +15,49 @@ How a bwrap sandbox is verified (t1.verify.hardened; t1.sandbox.compartment does
 1. Stop the agent. Its cgroup is frozen and every process in it is killed, repeatedly until
    none appears, except bwrap's own, the idle protocol shell, and *services*: processes that
    hold a listening socket (Terminal-Bench tasks check servers the agent left running).
-   Survivors stay in the agent's namespaces, which never contain anything below.
+   Survivors stay in the agent's namespaces; the compartment joins their pid namespace (below).
 2. The tests are copied, on the host, into a fresh private dir; the report dir is another.
 3. The verifier runs in a new compartment (a second bwrap started from the host: new pid,
    mount, ipc, uts namespaces, all capabilities dropped but CAP_SETUID/CAP_SETGID (tests that
    run the agent's program as an unprivileged user), a cgroup of its own killed whole at
    the end) over the agent's filesystem — its /usr, /etc, /var overlays, workdir, /logs,
-   tmp/root/home — and in the agent's network namespace when services survive. Its root is
-   a private overlay whose /tests is a fresh writable copy of the tests (the tests may move
-   it), over the agent's root; bound over it privately: /logs/verifier, the harness (read-only) and the host's own /usr and
-   /etc (read-only, at /run/t1/host), an empty /etc/ld.so.preload, the host's nsswitch.conf.
-4. The harness: for a verifier that runs pytest over test files (the script names pytest and
-   /tests has test_*.py), the task's script is NOT run; t1/verify/harness.py runs pytest on
-   the files the script names, under the HOST's python3 started by the host's own dynamic
-   loader and libraries (`--library-path`), in isolated mode without site (`-I -S`), with
+   tmp/root/home — and in the agent's network namespace. When services survive it has no pid
+   namespace of its own but the agent's (`bwrap --pidns`, a /proc of it): a test that checks
+   a service by the pid the agent wrote (`os.kill(pid, 0)`, /proc/PID, `kill -0`) finds it;
+   the agent's other processes are dead by then, and the services (root, no capabilities)
+   can neither ptrace nor open /proc/PID/fd of the runner or the harness (non-dumpable).
+   Its root is a private overlay over the agent's root whose /tests, a fresh copy of the
+   tests, is bound READ-ONLY (nothing in the compartment can change the tests before
+   pytest collects them); bound over it privately: /logs/verifier, the harness (read-only)
+   and the host's own /usr and /etc (read-only, at /run/t1/host), an empty
+   /etc/ld.so.preload, the host's nsswitch.conf.
+4. The script and the harness: for a verifier that runs pytest over test files (the script
+   names pytest and /tests has test_*.py), the compartment's first process is our runner
+   (t1/verify/script_runner.py: it alone holds the outcome fd) and it runs the task's script
+   (v1 run-tests.sh, v2 tests/test.sh) AS WRITTEN under the host's bash: its cp, export, cd,
+   installs (served offline by /opt/t1), the services it starts. Its calls of pytest —
+   `pytest`, `py.test`, `python[3] -m pytest`, `uv run [python -m] pytest`, `uvx ... pytest`
+   — are bash functions (exported, so nested bash scripts have them) and shims first on
+   PATH that ask the runner, over a socket, to run OUR harness in their place, with the
+   caller's stdio, cwd and environment: the runner accepts only callers descending from the
+   script's bash, keeps the pytest options it knows (-k, -m, -x, -r.., --tb, ...; report
+   and plugin options like --ctrf, --junitxml, -p X are dropped) and test files under /tests
+   (a copy of one stands for it; none named: /tests), and hands pytest's exit status back.
+   Several calls are several harness runs, merged (a test failing in any run fails); a
+   script that never calls pytest has no outcomes: an error, no test passed. The interpreter
+   is the one asked for (`-p X.Y`) where the provision holds it, else the host's python3.
+   Each harness run: t1/verify/harness.py runs pytest on those files under the HOST's
+   python3 started by the host's own dynamic loader (a copy the compartment can execute but
+   not read, so the process is non-dumpable from its exec) and libraries (`--library-path`),
+   in isolated mode without site (`-I -S`), with
    pytest and the packages the script asks for (`-w`, `uv add`, `pip install`) from a dir
    built on the host out of the provisioned wheelhouse; `-c` our pytest.ini (or the task's
    /tests/pytest.ini),
    `--rootdir /tests --confcutdir /tests` (a conftest.py in /tests is the task's and loads;
    none above it does), `-p no:cacheprovider`, plugin autoload off, no PYTEST_*/LD_* in the
-   environment, PATH with /opt/t1/bin first. Outcomes leave through a pipe whose write end
-   the runner makes non-inheritable and non-dumpable; the report is what came through it
+   environment, PATH with /opt/t1/bin first. Outcomes leave through a pipe of the runner's
+   whose write end the harness makes non-inheritable; the runner forwards each line on its
+   own channel, tagged with the run; the report is what came through it
    before its end line ("junit" source: one assertion per test, parametrized cases
    separately; skipped/xfail/xpass count as passed), each record signed (HMAC, per-run key
    the agent's process never sees: t1.verify.hardened.check_signed). Files the tests or
@@ -99,8 +121,16 @@ Not defended (and why):
   agent's /usr: a planted `cat` or `grep` can make such a script write 1. Only pytest
   verifiers get per-assertion outcomes from our harness; pools of binary verifiers are for
   critic warm-up, and their tasks get the names check (one "reward" assertion) only.
-* A test that moves /tests aside (lru-cache-with-cost-budget moves it to /tmp) puts the tests
-  where the agent's services can read them until they are moved back: the task's choice.
+* /tests is read-only: a test that moves /tests aside (lru-cache-with-cost-budget moves it
+  to /tmp and back) fails now; the price of tests nothing can rewrite before collection.
+* The script's own lines are the task's: a service or program it starts from the agent's
+  files runs (as in Terminal-Bench) and may SIGKILL a harness run (an error, never a reward)
+  or ask the runner for another run of the task's tests (merged worst-first: it cannot turn a
+  failure into a pass; it can run tests the script's -k deselected, which the recorded names
+  check catches). pytest called by an absolute path (/usr/bin/python3 -m pytest) is not
+  intercepted: it reports nothing, so nothing passes. Other tools the script calls come from
+  the agent's /usr (see the reward-file case below); what they do can deny outcomes, never
+  forge them.
 * A program the tests run shares the harness's pid namespace and uid: it can SIGKILL pytest.
   The result is then an error (no end line), and an error is never rewarded; it cannot
   forge outcomes (no ptrace, no /proc/PID/fd: the runner is non-dumpable, no capabilities).
@@ -114,11 +144,11 @@ Not defended (and why):
   is killed; no nsenter: services are not reachable from the compartment).
 * The kernel, bwrap and the host are trusted.
 
-Fidelity costs: pytest runs under the host's python3 whatever `uvx -p 3.13` or the image's
-Python asks for (the tests' subprocesses still get the image's `python` on PATH); a script's
-own setup lines before pytest (exports, `cd`, services it starts) do not run — the task's
-`[verifier] env` and the sandbox's start env (Dockerfile ENV) do reach the tests; the tests'
-cwd is the workdir; `-k` and other pytest options of the script are not honoured.
+Fidelity costs: pytest runs under the host's python3 when the provision has no interpreter
+of the version `uvx -p 3.13` asks for (the tests' subprocesses still get the image's `python`
+on PATH); the packages of the harness's site are those the script's text installs (read on
+the host, t1.sandbox.needs), not what its installs produced; pytest plugin options (--ctrf,
+--timeout, -n) are dropped; the tests' cwd is the script's cwd at the call.
 
 The report parsers (JUnit XML, the -rA summary, reward files; t1/verify/outcomes.py) serve
 the shell path and the reward files. Names are `<test file stem>::<class>::<test>[<params>]`.

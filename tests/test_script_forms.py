@@ -1,0 +1,88 @@
+"""The task's own verifier script runs (cp, export, cd, uvx -p, python -m pytest -k, services),
+its pytest calls replaced by our harness; the agent's services keep the pids it saw.
+
+One `t1 oracle` run over every fixture of tests/data/script_forms/ with the reference solution
+and one with the no-op (both --jobs 2): each fixture resolves with its solution, none with the
+no-op. What each fixture checks: its tests/test.sh and tests/test_outputs.py.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from shared_fixtures import requires_bwrap
+
+from t1.verify.script_runner import parse, pytest_args
+
+REPO = Path(__file__).resolve().parents[1]
+FORMS = REPO / "tests" / "data" / "script_forms"
+NAMES = sorted(p.name for p in FORMS.iterdir() if (p / "task.toml").is_file())
+
+
+def _provisioned() -> bool:
+    from t1.sandbox.provision import locate
+
+    return locate() is not None
+
+
+def _oracle(out: Path, *args: str) -> dict[str, dict]:
+    cmd = [sys.executable, "-m", "t1.cli", "oracle", str(FORMS), *args, "--jobs", "2",
+           "--json", str(out)]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert out.is_file(), r.stdout + r.stderr
+    return {row["task"]: row for row in json.loads(out.read_text())}
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory):
+    d = tmp_path_factory.mktemp("forms")
+    return _oracle(d / "oracle.json"), _oracle(d / "noop.json", "--agent", "noop")
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.integration
+@pytest.mark.slow
+@requires_bwrap
+@pytest.mark.skipif(not _provisioned(), reason="no offline provision cache (run `t1 provision`)")
+def test_each_script_form_resolves_with_its_solution_and_not_with_noop(rows, name):
+    oracle, noop = rows
+    assert oracle[name]["error"] is None and oracle[name]["resolved"], oracle[name]
+    assert not noop[name]["resolved"], noop[name]
+
+
+def test_fixtures_cover_every_form():
+    assert {"cp-helper", "export-env", "cd-workdir", "uvx-python", "python-m-k",
+            "script-service", "agent-service"} <= set(NAMES)  # fmt: skip
+
+
+def test_pytest_invocations_are_recognised_in_every_form():
+    assert parse("pytest", ["-rA", "/tests/t.py"])["args"] == ["-rA", "/tests/t.py"]
+    assert parse("python3", ["-m", "pytest", "-k", "x"])["args"] == ["-k", "x"]
+    assert parse("python", ["-B", "-m", "pytest"])["form"] == "python-m"
+    assert parse("python3", ["-c", "import pytest"]) is None
+    assert parse("python3", ["/app/run.py", "-m", "pytest"]) is None
+    assert parse("uv", ["run", "pytest", "/tests/t.py"])["args"] == ["/tests/t.py"]
+    assert parse("uv", ["run", "--with", "x", "python", "-m", "pytest", "-q"])["args"] == ["-q"]
+    assert parse("uv", ["add", "pytest==8.4.1"]) is None
+    got = parse("uvx", ["-p", "3.13", "-w", "pytest==8.4.1", "pytest", "--ctrf", "f", "/tests"])
+    assert got["python"] == "3.13" and got["args"] == ["--ctrf", "f", "/tests"]
+    assert parse("uvx", ["--with", "pytest", "ruff", "check"]) is None
+
+
+def test_pytest_options_kept_dropped_and_targets_only_under_tests(tmp_path):
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_a.py").write_text("def test_x(): pass\n")
+    copy = tmp_path / "app" / "test_a.py"
+    copy.parent.mkdir()
+    copy.write_text("def test_x(): pass\n")
+    (tmp_path / "app" / "test_mine.py").write_text("def test_y(): pass\n")
+    args, notes = pytest_args(["-k", "not slow", "--ctrf", "/logs/x.json", "-rA", "-p", "agent",
+                               "test_a.py::test_x", "--junitxml=j.xml", "-x"],
+                              str(tmp_path / "app"), str(tests))  # fmt: skip
+    assert args == [f"{tests}/test_a.py::test_x", "-k", "not slow", "-rA", "-x"], args
+    assert any("--ctrf" in n for n in notes) and any("-p" in n for n in notes)
+    assert pytest_args([], "/", str(tests))[0] == [str(tests)]
+    assert pytest_args(["test_mine.py"], str(tmp_path / "app"), str(tests))[0] is None
