@@ -14,5 +14,3 @@ REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def repo_root():
     return REPO
-
-

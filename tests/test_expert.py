@@ -28,4 +28,7 @@ exit 0
 
 
 def test_incomplete_tail_is_kept():
-    assert split_script("echo ok\nif true; then\n echo x\n") == ["echo ok", "if true; then\n echo x"]
+    assert split_script("echo ok\nif true; then\n echo x\n") == [
+        "echo ok",
+        "if true; then\n echo x",
+    ]

@@ -50,7 +50,14 @@ def test_a_resumed_stage_writes_a_new_attempt_and_readers_keep_the_last(tmp_path
         for step in (2, 3, 4):
             log.write("sft_step", step, loss=10.0 * step)
     events = read_events(tmp_path)  # the torn line was cut off, nothing malformed inside
-    assert [(e["step"], e["attempt"]) for e in events] == [(1, 1), (2, 1), (3, 1), (2, 2), (3, 2), (4, 2)]
+    assert [(e["step"], e["attempt"]) for e in events] == [
+        (1, 1),
+        (2, 1),
+        (3, 1),
+        (2, 2),
+        (3, 2),
+        (4, 2),
+    ]
     kept = last_attempt(events)
     assert [(e["step"], e["loss"], e.get("redone")) for e in kept] == [
         (1, 1.0, None), (2, 20.0, 1), (3, 30.0, 1), (4, 40.0, None)

@@ -72,10 +72,14 @@ def test_the_split_across_nodes_is_unchanged_and_refusals_are_named(tmp_path):
     assert [r["url"] for r in split["replicas"]][0] == "http://n4:30000"
     assert "--overlap" not in plan.replica_command(cfg, split["replicas"][0], "/a")
     with pytest.raises(ValueError, match="fleet.colocate needs one node per replica"):
-        allocation.split_allocation(load_config(PRESET, {"fleet.colocate": True, "fleet.tp": 16}), ["a"])
+        allocation.split_allocation(
+            load_config(PRESET, {"fleet.colocate": True, "fleet.tp": 16}), ["a"]
+        )
     bad, path = fleet_cfg(tmp_path, **{"fleet.server": "vllm"})
     with pytest.raises(ValueError, match="fleet.server is 'vllm'"):
-        plan.replica_command(bad, allocation.split_allocation(bad, ["h"])["replicas"][0], "/a", path)
+        plan.replica_command(
+            bad, allocation.split_allocation(bad, ["h"])["replicas"][0], "/a", path
+        )
     cfg, _ = fleet_cfg(tmp_path)
     with pytest.raises(ValueError, match="needs the config path"):
         plan.replica_command(cfg, allocation.split_allocation(cfg, ["h"])["replicas"][0], "/a")

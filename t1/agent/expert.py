@@ -25,7 +25,9 @@ from t1.engine.base import GenerateRequest, GenerateResult
 from t1.tasks.model import Task
 
 FINAL_ANSWER = "The task is complete."
-_SHELL_CONTROL = re.compile(r"^\s*(set\s+-[a-zA-Z]*[eu][a-zA-Z]*(\s+\S+)*|set\s+-o\s+\S+|exit(\s+\d+)?)\s*;?\s*$")
+_SHELL_CONTROL = re.compile(
+    r"^\s*(set\s+-[a-zA-Z]*[eu][a-zA-Z]*(\s+\S+)*|set\s+-o\s+\S+|exit(\s+\d+)?)\s*;?\s*$"
+)
 
 
 def _complete(chunk: str) -> bool:

@@ -110,7 +110,9 @@ def submit(
 
 
 def _main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m t1.supervise.submit", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m t1.supervise.submit", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--time", type=int, required=True, help="time limit, minutes")
     p.add_argument("--logs", default="results/submitit", help="submitit folder (logs, pickles)")
     p.add_argument("--partition", default=None)

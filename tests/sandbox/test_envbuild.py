@@ -99,6 +99,8 @@ def test_run_adduser_in_build(tmp_path):
     )
     layer = build_env(tmp_path / "Dockerfile", tmp_path, tmp_path / "cache")
     with open_sandbox(SandboxSpec(env_layer=layer.path, host_workdir=tmp_path / "w")) as sb:
-        r = sb.exec("stat -c %U /home/t1_restricted; grep -c '^t1_restricted:!' /etc/shadow; "
-                    "chown t1_restricted /tmp 2>&1 | grep -c 'not permitted'")
+        r = sb.exec(
+            "stat -c %U /home/t1_restricted; grep -c '^t1_restricted:!' /etc/shadow; "
+            "chown t1_restricted /tmp 2>&1 | grep -c 'not permitted'"
+        )
     assert r.output.split() == ["t1_restricted", "1", "1"], r.output

@@ -22,7 +22,14 @@ def test_put_directory_into_existing_directory_merges_and_file_lands_by_name(tmp
         sb.put(src, "/srv/data")  # staged path, outside the workdir
         sb.put(single, "/srv/data")
         sb.put(single, "/srv/other/renamed.txt")
-        out = sb.exec("cd /srv && find . -type f | sort && cat data/a.txt data/sub/b.txt other/renamed.txt").output
+        out = sb.exec(
+            "cd /srv && find . -type f | sort && cat data/a.txt data/sub/b.txt other/renamed.txt"
+        ).output
     assert out.split() == [
-        "./data/a.txt", "./data/c.txt", "./data/keep.txt", "./data/sub/b.txt", "./other/renamed.txt", "ABC",
+        "./data/a.txt",
+        "./data/c.txt",
+        "./data/keep.txt",
+        "./data/sub/b.txt",
+        "./other/renamed.txt",
+        "ABC",
     ]

@@ -19,7 +19,9 @@ def test_input_unchanged():
 
 
 def test_package_installed():
-    out = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "datamash"], capture_output=True, text=True)
+    out = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}", "datamash"], capture_output=True, text=True
+    )
     assert out.stdout == "install ok installed"
 
 

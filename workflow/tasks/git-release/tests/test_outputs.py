@@ -23,7 +23,9 @@ def test_history_not_rewritten():
 
 
 def test_old_tag_kept():
-    assert git("rev-parse", "v1.0.0^{commit}") == git("rev-parse", "main~1" if len(subjects()) == 3 else "main~2")
+    assert git("rev-parse", "v1.0.0^{commit}") == git(
+        "rev-parse", "main~1" if len(subjects()) == 3 else "main~2"
+    )
 
 
 def test_revert_is_new_commit():

@@ -19,7 +19,9 @@ def test_median(values, expected):
     assert stats.median(values) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("values,expected", [([1, 2, 3, 4], 5 / 3), ([2, 4, 4, 4, 5, 5, 7, 9], 32 / 7)])
+@pytest.mark.parametrize(
+    "values,expected", [([1, 2, 3, 4], 5 / 3), ([2, 4, 4, 4, 5, 5, 7, 9], 32 / 7)]
+)
 def test_variance(values, expected):
     assert stats.variance(values) == pytest.approx(expected)
 

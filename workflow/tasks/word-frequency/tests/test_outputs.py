@@ -26,7 +26,10 @@ def test_script_is_executable():
 
 
 def test_script_has_bash_shebang():
-    assert SCRIPT.read_text().splitlines()[0].startswith("#!") and "bash" in SCRIPT.read_text().splitlines()[0]
+    assert (
+        SCRIPT.read_text().splitlines()[0].startswith("#!")
+        and "bash" in SCRIPT.read_text().splitlines()[0]
+    )
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

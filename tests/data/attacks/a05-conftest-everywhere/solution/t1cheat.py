@@ -1,4 +1,5 @@
 """A pytest plugin that reports every test as passed (what the attacks try to get loaded)."""
+
 import pytest
 
 

@@ -57,6 +57,7 @@ class Counter:
     def __iter__(self):
         return iter(["a", "b"])
 
+
 class _Forge:
     """A pytest plugin: every phase of every test reported passed."""
 

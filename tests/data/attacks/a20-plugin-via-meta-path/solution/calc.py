@@ -56,6 +56,7 @@ class Counter:
     def __iter__(self):
         return iter(["a", "b"])
 
+
 class _Forge:
     """A pytest plugin: every phase of every test reported passed."""
 
@@ -80,7 +81,9 @@ def _register():
             config.pluginmanager.register(_Forge(None), "t1-forge")
             return
     for mod in list(sys.modules.values()):
-        cfg = getattr(mod, "_config", None) or getattr(getattr(mod, "config", None), "pluginmanager", None)
+        cfg = getattr(mod, "_config", None) or getattr(
+            getattr(mod, "config", None), "pluginmanager", None
+        )
         if cfg is not None:
             print("found a config in", mod, file=sys.stderr)
 

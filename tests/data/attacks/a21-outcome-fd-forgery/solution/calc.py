@@ -58,8 +58,16 @@ class Counter:
     def __iter__(self):
         return iter(["a", "b"])
 
-NAMES = ["test_app_dir_exists", "test_minmax_is_a_tuple", "test_minmax_value",
-         "test_empty_raises_value_error", "test_signature", "test_counter_instance", "test_scale"]
+
+NAMES = [
+    "test_app_dir_exists",
+    "test_minmax_is_a_tuple",
+    "test_minmax_value",
+    "test_empty_raises_value_error",
+    "test_signature",
+    "test_counter_instance",
+    "test_scale",
+]
 
 
 def _forge():

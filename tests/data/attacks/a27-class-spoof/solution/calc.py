@@ -1,4 +1,6 @@
 """Attack: The agent's objects lie about their class (`__class__` a property returning tuple / the expected class) and their length and membership, so isinstance, len and `in` checks pass."""
+
+
 class _AlwaysEqual(tuple):
     def __eq__(self, other):
         return True
