@@ -34,7 +34,6 @@ The argument list is pure (`verify_exec_args`, tested everywhere); running needs
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -45,7 +44,7 @@ from pathlib import Path
 
 from t1.sandbox.apptainer import bind_args
 from t1.sandbox.base import SandboxSpec
-from t1.sandbox.compartment import HARNESS_INSIDE, CompartmentRun
+from t1.sandbox.compartment import HARNESS_INSIDE, CompartmentRun, json_records, output_tail
 from t1.sandbox.hostview import HOST_VIEW
 
 TESTS_INSIDE = "/tests"
@@ -207,18 +206,6 @@ def run_apptainer_verify(
         if w_fd >= 0:
             os.close(w_fd)
         os.close(r_fd)
-    records, bad = [], 0
-    for line in buf.decode("utf-8", "replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            bad += 1
-            continue
-        if isinstance(rec, dict):
-            records.append(rec)
-        else:
-            bad += 1
-    with out_path.open("rb") as fh:
-        fh.seek(max(0, out_path.stat().st_size - output_cap))
-        output = fh.read().decode("utf-8", "replace")
+    records, bad = json_records(buf.decode("utf-8", "replace").splitlines())
+    output = output_tail(out_path, output_cap)
     return CompartmentRun(records, proc.returncode, output, timed_out, time.monotonic() - t0, bad)

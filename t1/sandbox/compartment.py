@@ -345,8 +345,16 @@ def _run(sandbox, argv, env, tests_dir, vlogs_dir, harness_dir, timeout, netns_f
         if cg is not None:
             cg.kill_all()
             cg.remove()
-    bad = 0
-    for line in buf.decode("utf-8", "replace").splitlines():
+    got, bad = json_records(buf.decode("utf-8", "replace").splitlines())
+    records += got
+    output = output_tail(out_path, output_cap)
+    return CompartmentRun(records, proc.returncode, output, timed_out, time.monotonic() - t0, bad)
+
+
+def json_records(lines) -> tuple[list[dict], int]:
+    """The JSON objects among `lines` (a channel's records), and how many lines were not one."""
+    records, bad = [], 0
+    for line in lines:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
@@ -356,7 +364,11 @@ def _run(sandbox, argv, env, tests_dir, vlogs_dir, harness_dir, timeout, netns_f
             records.append(rec)
         else:
             bad += 1
-    with out_path.open("rb") as fh:
-        fh.seek(max(0, out_path.stat().st_size - output_cap))
-        output = fh.read().decode("utf-8", "replace")
-    return CompartmentRun(records, proc.returncode, output, timed_out, time.monotonic() - t0, bad)
+    return records, bad
+
+
+def output_tail(path: Path, cap: int) -> str:
+    """The last `cap` bytes of a run's output file, as text."""
+    with path.open("rb") as fh:
+        fh.seek(max(0, path.stat().st_size - cap))
+        return fh.read().decode("utf-8", "replace")

@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+from t1.sandbox.compartment import json_records
 from t1.tasks.model import Task
 from t1.verify.in_shell import TESTS_DIR
 from t1.verify.outcomes import OUTCOMES, PASSING, Assertion, _nodeid_name, outcomes_from
@@ -131,17 +132,7 @@ def runner_outcomes(
         lines.setdefault(k, []).append(str(rec.get("line", "")))
     merged: dict[str, str] = {}
     for k in sorted(lines):
-        recs, bad = [], 0
-        for line in lines[k]:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                bad += 1
-                continue
-            if isinstance(rec, dict):
-                recs.append(rec)
-            else:
-                bad += 1
+        recs, bad = json_records(lines[k])
         signed, ev = check_signed(recs, bad)
         if ev:
             evidence.append(f"pytest run {k}: {ev}")

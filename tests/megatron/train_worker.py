@@ -14,10 +14,7 @@
    (DIR/dp2.pt).
 4. The guard broken: EP 2 with megatron-core's gradient reduction (finalize_model_grads)
    turned into a no-op, so each rank steps on its own rows' gradients (DIR/no_reduce.pt).
-5. PP 2 through megatron-core's schedule (`get_forward_backward_func`, 1F1B, gloo p2p): two
-   microbatches, loss = -sum of token logprobs; DIR/pp2.json says whether it ran and, if so,
-   the max error of the stage gradients (unsharded to HF names) against HF autograd, else the
-   error megatron-core raised.
+PP 2 runs through the trainer in pp_worker.py (test_megatron_pipeline.py).
 """
 
 from __future__ import annotations
@@ -116,77 +113,7 @@ def main() -> None:
     if rank0():
         torch.save({"metrics": m5, "weights": w5, "dp": 2, "ep": 2}, out / "no_reduce.pt")
     dist.barrier()
-
-    # 5. pipeline parallel 2
-    res = pipeline_probe(batch)
-    if rank0():
-        (out / "pp2.json").write_text(json.dumps(res))
-    dist.barrier()
     dist.destroy_process_group()
-
-
-def pipeline_probe(batch) -> dict:
-    import traceback
-
-    import torch.distributed as dist
-    from megatron.core.pipeline_parallel import get_forward_backward_func
-    from megatron_helpers import MODEL, VOCAB, make_models
-
-    from t1.train.hf import token_logp
-    from t1.train.megatron import convert as C
-    from t1.train.megatron import model as M
-    from t1.train.megatron.runtime import Parallel, ranks, setup
-
-    setup(Parallel(pp=2))
-    actor, _ = make_models(0)
-    mc = M.build_actor(M.transformer_config(actor.config, replay=False), actor.config)
-    r = ranks()
-    me = C.Ranks(pp=r["pp"])
-    full = C.hf_to_mcore(actor.state_dict(), actor.config, "actor")
-    C.load_local(mc, C.shard(full, C.Sizes(pp=2), me, MODEL.layers, MODEL.experts))
-    ids = batch.input_ids[:2]
-    t = ids.shape[1]
-
-    def step(it, model):
-        x = next(it)
-        out = model(x, torch.arange(t)[None].expand(x.shape[0], -1), M.causal_mask(t))
-
-        def loss(o):
-            lp = token_logp(o[..., :VOCAB], x)
-            return -lp.sum(), torch.tensor(lp.numel()), {"loss": -lp.sum().detach()}
-
-        return out, loss
-
-    try:
-        get_forward_backward_func()(
-            forward_step_func=step,
-            data_iterator=iter([ids[:1], ids[1:]]),
-            model=[mc],
-            num_microbatches=2,
-            seq_length=t,
-            micro_batch_size=1,
-            forward_only=False,
-        )
-    except Exception as e:  # noqa: BLE001 - the measured reason is the result
-        return {
-            "ran": False,
-            "error": f"{type(e).__name__}: {e}",
-            "where": traceback.format_exc()[-1500:],
-        }
-    grads = {k: p.grad for k, p in mc.named_parameters() if p.grad is not None}
-    parts = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, (me, grads))
-    got = C.mcore_to_hf(
-        C.unshard(dict(parts), C.Sizes(pp=2), MODEL.layers, MODEL.experts), actor.config, "actor"
-    )
-    (-token_logp(actor(input_ids=ids, use_cache=False).logits, ids).sum()).backward()
-    want = {k: p.grad for k, p in actor.named_parameters()}
-    err = max((got[k] - want[k]).abs().max().item() for k in want)
-    return {
-        "ran": True,
-        "grad_max_err": err,
-        "grad_max": max(g.abs().max().item() for g in want.values()),
-    }
 
 
 if __name__ == "__main__":

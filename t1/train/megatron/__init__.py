@@ -8,7 +8,9 @@ Modules: `runtime` (distributed init, the megatron-core compatibility fix, the C
 `model` (TransformerConfig + GPTModel for the Qwen3-MoE and Qwen3.5-MoE families, the
 value-head critic), `convert` (HF <-> Megatron weights, TP/PP/EP/ETP sharding), `replay` (R³
 through `RouterReplay`), `trainer` (`MegatronTrainer`, the `t1.train.protocol.Trainer` of this
-backend), `plan` (the memory plan checked before launch; actor/critic offload in turn),
+backend), `pipeline` (PP > 1: the trainer's forwards and updates through megatron-core's
+pipeline schedule), `residency` (actor / critic offload in turn), `vocab_logp` (chunked
+vocab-parallel log-probs), `plan` (the memory plan checked before launch),
 `dataparallel` (rows per DP rank, gradient reduction, global grad norm), `checkpoint` (one file
 per rank in t1.store.ckpt's atomic protocol), `stage` (the PPO stage's directory under torchrun:
 per-rank checkpoints, rank 0 writes).
@@ -67,9 +69,19 @@ Other megatron-core versions (0.19 on Python 3.12) are not installed here and no
 Parallelism (trainer.py, dataparallel.py): TP / EP / ETP and data parallelism through
 megatron-core's DistributedDataParallel + finalize_model_grads (EP 2 / DP 2 equal world size 1
 on the CPU); per-rank checkpoints in t1.store.ckpt's protocol (checkpoint.py); activation recompute
-with the routing replayed in the recompute (replay.to_backward). Pipeline parallelism is
-refused: megatron-core 0.16.1's schedules (`get_forward_backward_func`) allocate on device
-"cuda", so they do not run on the CPU, and the trainer does not drive them yet.
+with the routing replayed in the recompute (replay.to_backward). Pipeline parallelism
+(pipeline.py): megatron-core's own schedule (`get_forward_backward_func`, non-interleaved 1F1B)
+drives every forward and update in micro-batches; each stage replays its own layers' records
+per micro-batch, the last stage computes log-probs / values and the loss, the results are
+broadcast from it over the pipeline group, the routing check combines the stages' per-position
+mismatches; an update costs one extra no-grad pipeline forward (the PPO loss is a function of
+the whole minibatch: its gradient with respect to the outputs is back-propagated exactly).
+Checked on the CPU (tests/megatron/test_megatron_pipeline.py, gloo): PP 2 and TP 2 + SP
+trainer steps (log-probs, values, routing check, losses, gradients, a PPO step, per-rank
+checkpoint resume) equal world size 1, and so does TP 2 x PP 2 x EP 2 on the tiny Qwen3.5 at
+world size 8. megatron-core 0.16.1's schedules allocate one counter on device "cuda" and call
+`torch.cuda.synchronize()`; only the tests patch those (tests/megatron/pp_shim.py). Not
+checked: interleaved (virtual) pipeline stages (not used), the schedule on GPUs (nccl).
 """
 
 from t1.train.megatron.runtime import MegatronUnavailable, available

@@ -59,13 +59,6 @@ def check_plan(cfg: Config) -> dict[str, Any]:
     """The plan of `cfg`'s backend; raises PlanError when a role exceeds train.gpu_budget_gib."""
     if cfg.train.backend not in ("hf", "megatron"):
         raise ValueError(f"train.backend must be hf or megatron, got {cfg.train.backend!r}")
-    if cfg.train.backend == "megatron" and cfg.train.pipeline_parallel != 1:
-        raise ValueError(
-            "train.pipeline_parallel > 1: weights shard by stage (convert.shard) but the trainer "
-            "does not drive megatron-core's pipeline schedule yet (not provable on the CPU: "
-            "megatron-core 0.16.1's schedules allocate on device 'cuda'); use tensor/expert "
-            "parallelism"
-        )
     from t1.model.spec import resolve
 
     cfg = resolve(cfg)  # model.init_from: SpecMismatch naming every disagreeing key

@@ -124,17 +124,21 @@ def megatron_order(
     return x.reshape(-1, routing.shape[-1]).long()
 
 
-@contextlib.contextmanager
-def replaying(model: torch.nn.Module, routing: torch.Tensor | None, layer_offset: int = 0):
-    """Replay `routing` [B, T, L, k] in every forward (and backward) inside the block."""
-    if routing is None:
-        yield
-        return
+def layer_ids(model: torch.nn.Module) -> list[int]:
+    """Global indices of this pipeline stage's layers (megatron-core's 1-based layer_number)."""
+    return [layer.layer_number - 1 for layer in model.decoder.layers]
+
+
+def set_targets(model: torch.nn.Module, routing: torch.Tensor) -> None:
+    """Replay `routing` [B, T, L, k] (every layer of the model, -1 = live) in the next forward
+    of `model`'s routers: each local router takes its global layer's record (the stage's
+    layers under pipeline parallelism), its TP rank's slice of the sequence under sequence
+    parallelism. The target is also queued for the recompute of activation checkpointing
+    (`replay_backward_list`, popped first in first out: one entry per micro-batch in flight,
+    the order 1F1B runs their backwards in)."""
     _, Action, _ = _replay_classes()
-    instances = [r.router_replay for r in routers(model)]
-    sp = model.config.sequence_parallel
     sp_rank, sp_size = 0, 1
-    if sp:
+    if model.config.sequence_parallel:
         from megatron.core import parallel_state as ps
 
         sp_rank, sp_size = (
@@ -143,16 +147,31 @@ def replaying(model: torch.nn.Module, routing: torch.Tensor | None, layer_offset
         )
         pad = -routing.shape[1] % sp_size  # model.forward pads the rows the same way
         routing = torch.nn.functional.pad(routing, (0, 0, 0, 0, 0, pad), value=-1)
+    for gid, r in zip(layer_ids(model), routers(model), strict=True):
+        rr = r.router_replay
+        rr.set_target_indices(megatron_order(routing, gid, sp_rank, sp_size))
+        rr.set_router_replay_action(Action.REPLAY_FORWARD)
+
+
+def clear(model: torch.nn.Module) -> None:
+    """No target, no queued recompute target, no action on any of `model`'s routers."""
+    for r in routers(model):
+        r.router_replay.clear_indices()
+        r.router_replay.clear_router_replay_action()
+
+
+@contextlib.contextmanager
+def replaying(model: torch.nn.Module, routing: torch.Tensor | None):
+    """Replay `routing` [B, T, L, k] in every forward (and backward) inside the block."""
+    if routing is None:
+        yield
+        return
+    clear(model)
     try:
-        for i, rr in enumerate(instances):
-            rr.clear_indices()
-            rr.set_target_indices(megatron_order(routing, layer_offset + i, sp_rank, sp_size))
-            rr.set_router_replay_action(Action.REPLAY_FORWARD)
+        set_targets(model, routing)
         yield
     finally:
-        for rr in instances:
-            rr.clear_indices()
-            rr.clear_router_replay_action()
+        clear(model)
 
 
 class RoutingObserver:
@@ -233,3 +252,20 @@ def to_backward(model: torch.nn.Module, out: torch.Tensor) -> torch.Tensor:
     if not instances or not torch.is_grad_enabled():
         return out
     return _ToBackward.apply(out, instances)
+
+
+def whole_sequence(routes: torch.Tensor, model: torch.nn.Module, t: int) -> torch.Tensor:
+    """[B, T', L, k] routes of this rank -> the whole sequence [B, t, L, k]: under sequence
+    parallelism each tensor-parallel rank routed only its slice of the padded sequence, so the
+    slices are gathered over the TP group (rank order = sequence order) and the padding cut."""
+    from t1.train.megatron import model as M
+
+    if M.seq_multiple(model) == 1:
+        return routes
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    group = ps.get_tensor_model_parallel_group()
+    parts = [torch.empty_like(routes) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, routes.contiguous(), group=group)
+    return torch.cat(parts, 1)[:, :t]

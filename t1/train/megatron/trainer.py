@@ -28,7 +28,14 @@ all-reduced over the data-parallel group, expert gradients over the expert-data-
 and every update ends in `finalize_model_grads` with the per-token loss normalization; each
 rank works on its share of the rows (dataparallel.py). Under `torchrun --nproc-per-node 2`
 (gloo, CPU) EP 2 / DP 2 steps give the world-size-1 weights to fp32 rounding
-(tests/megatron/test_megatron_parallel.py). Pipeline parallelism is refused (plan.py).
+(tests/megatron/test_megatron_parallel.py). Pipeline parallelism (PP > 1): every forward and
+update runs through megatron-core's own schedule (`get_forward_backward_func`, 1F1B) in
+micro-batches of `forward_rows` rows, R3 replay set per micro-batch on every stage, log-probs
+(vocab_logp.py) and values on the last stage, broadcast from it over the pipeline group; an
+update is a forward-only schedule for the minibatch's loss and metrics (every rank), then the
+training schedule back-propagating their exact gradient (pipeline.py). PP 2, TP 2 + SP and
+TP 2 x PP 2 x EP 2 (Qwen3.5, world size 8) equal world size 1 on the CPU
+(tests/megatron/test_megatron_pipeline.py).
 
 State: at world size 1 `state_dict` holds actor and critic in HF names (readable by either
 backend), both optimizers, RNG, the shuffling generator, counters; at any world size
@@ -38,7 +45,7 @@ size 1 `load_state_dict` takes such a checkpoint ({"checkpoint": t1.store.ckpt.C
 conversion is exact, so resume is bit-identical in deterministic mode.
 
 Co-residence: actor and critic live on the same devices; with `offload=True` the role not in
-use is moved (weights and optimizer state) to the CPU between calls (`Residency`), so each role
+use is moved (weights and optimizer state) to the CPU between calls (residency.py), so each role
 alone must fit the budget `t1 plan-memory` computed (plan.py checks before launch). The DDP
 gradient buffers (`main_grad`) stay on the compute device when a role is offloaded.
 """
@@ -57,55 +64,14 @@ from t1.train.hf import adamw, shift_values
 from t1.train.megatron import convert as C
 from t1.train.megatron import dataparallel as DP
 from t1.train.megatron import model as M
+from t1.train.megatron import pipeline as PL
 from t1.train.megatron import replay as R
 from t1.train.megatron import vocab_logp as VL
+from t1.train.megatron.residency import Residency, move_role  # noqa: F401 - re-exported
 from t1.train.megatron.runtime import Parallel, ranks, setup
 from t1.train.protocol import ActorOutput, LossFn
 
 SCHEMA_VERSION = 1
-
-
-def move_role(
-    model: torch.nn.Module, opt: torch.optim.Optimizer | None, target: torch.device
-) -> None:
-    """Weights, grads and Adam moments of one role to `target`, in place (the optimizer keeps
-    the same Parameter objects). A bf16 role's optimizer (main_weights.MainWeightsAdam) moves
-    its own: the bf16 weights in the DDP buffers, the fp32 main weights and Adam moments."""
-    if hasattr(opt, "move"):
-        opt.move(target)
-        return
-    with torch.no_grad():
-        for prm in model.parameters():
-            prm.data = prm.data.to(target)
-            if prm.grad is not None:
-                prm.grad = prm.grad.to(target)
-    if opt is not None:
-        for st in opt.state.values():
-            for k, v in st.items():
-                if isinstance(v, torch.Tensor) and k != "step":
-                    st[k] = v.to(target)
-
-
-class Residency:
-    """Keeps one role on the compute device at a time when offloading (weights + Adam state)."""
-
-    def __init__(self, device: torch.device, offload: bool, move=move_role) -> None:
-        self.device, self.offload, self.move = device, offload, move
-        self.where: dict[str, str] = {}
-        self.moves: list[tuple[str, str]] = []  # (role, device) in order (tests read it)
-
-    def use(
-        self, role: str, models: dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]
-    ) -> None:
-        for name, (model, opt) in models.items():
-            if model is None:
-                continue
-            target = self.device if (name == role or not self.offload) else torch.device("cpu")
-            if self.where.get(name) == str(target):
-                continue
-            self.move(model, opt, target)
-            self.where[name] = str(target)
-            self.moves.append((name, str(target)))
 
 
 class MegatronTrainer:
@@ -135,10 +101,6 @@ class MegatronTrainer:
         self.max_grad_norm = max_grad_norm
         import torch.distributed as dist
 
-        if self.par.pp != 1:
-            raise NotImplementedError(
-                "MegatronTrainer: pipeline_parallel > 1 has no schedule in this backend yet"
-            )
         self.world = dist.get_world_size()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.hf_actor, self.hf_critic = actor, critic
@@ -290,6 +252,9 @@ class MegatronTrainer:
         self._note("actor.forward")
         self._use("actor")
         self.actor.eval()
+        if self.par.pp > 1:  # megatron-core's pipeline schedule (pipeline.py)
+            logp, ent, self.routing_check = PL.actor_forward(self, batch, entropy)
+            return ActorOutput(logp, ent)
         check = (
             None
             if batch.routing is None
@@ -339,6 +304,8 @@ class MegatronTrainer:
         self._note("critic.values")
         self._use("critic")
         self.critic.eval()
+        if self.par.pp > 1:
+            return PL.critic_values(self, batch)
         with torch.no_grad():
             (values,) = self._rowwise(
                 batch,
@@ -349,12 +316,14 @@ class MegatronTrainer:
     # ------------------------------------------------------------------ updates
 
     def _step(self, kind: str, loss, metrics) -> dict[str, float]:
-        """Backward of the minibatch loss, megatron-core's gradient reduction (summed over DP:
-        each rank back-propagated its own rows, dataparallel.py), global-norm clipping, AdamW."""
+        """Backward of the minibatch loss (None: the pipeline schedule did it), megatron-core's
+        gradient reduction (summed over DP: each rank back-propagated its own rows,
+        dataparallel.py), global-norm clipping, AdamW."""
         from megatron.core.distributed import finalize_model_grads
 
         model, opt, ddp = getattr(self, kind), getattr(self, f"{kind}_opt"), self.ddp[kind]
-        loss.backward()
+        if loss is not None:
+            loss.backward()
         finalize_model_grads([ddp])
         if self.mixed:  # clipping and the fp32 Adam step inside megatron-core's optimizer
             return dict(metrics, grad_norm=opt.step())
@@ -377,6 +346,8 @@ class MegatronTrainer:
         self._use("actor")
         self.actor.train()
         self._zero("actor")
+        if self.par.pp > 1:
+            return self._pipelined("actor", batch, loss_fn)
         batch = batch.to(self.device)
         mb = DP.local_rows(batch)
         with self._replay(mb):  # targets live through backward, cleared right after
@@ -393,12 +364,21 @@ class MegatronTrainer:
         self._use("critic")
         self.critic.train()
         self._zero("critic")
+        if self.par.pp > 1:
+            return self._pipelined("critic", batch, loss_fn)
         batch = batch.to(self.device)
         mb = DP.local_rows(batch)
         values = shift_values(M.forward(self.critic, mb.input_ids)[..., 0].float())
         loss, metrics = loss_fn(DP.with_peers(values, batch.size), batch)
         metrics = self._step("critic", loss, metrics)
         self.counters["critic_updates"] += 1
+        return metrics
+
+    def _pipelined(self, kind: str, batch: Batch, loss_fn: LossFn) -> dict[str, float]:
+        """One update at PP > 1: loss and gradients through megatron-core's schedule."""
+        _, metrics = PL.update(self, kind, batch, loss_fn)
+        metrics = self._step(kind, None, metrics)
+        self.counters[f"{kind}_updates"] += 1
         return metrics
 
     def permutation(self, n: int) -> list[int]:
@@ -486,16 +466,4 @@ def _ddp(model: torch.nn.Module, distributed_optimizer: bool = False):
     return DistributedDataParallel(config=model.config, ddp_config=cfg, module=model)
 
 
-def _whole_sequence(routes: torch.Tensor, model: torch.nn.Module, t: int) -> torch.Tensor:
-    """[B, T', L, k] routes of this rank -> the whole sequence [B, t, L, k]: under sequence
-    parallelism each tensor-parallel rank routed only its slice of the padded sequence, so the
-    slices are gathered over the TP group (rank order = sequence order) and the padding cut."""
-    if M.seq_multiple(model) == 1:
-        return routes
-    import torch.distributed as dist
-    from megatron.core import parallel_state as ps
-
-    group = ps.get_tensor_model_parallel_group()
-    parts = [torch.empty_like(routes) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(parts, routes.contiguous(), group=group)
-    return torch.cat(parts, 1)[:, :t]
+_whole_sequence = R.whole_sequence  # the routing check's TP gather (replay.py)

@@ -97,25 +97,38 @@ def output_shard(model) -> tuple[torch.Tensor, int, int]:
 
 def hidden_states(model, input_ids: torch.Tensor) -> torch.Tensor:
     """input_ids [B, T] -> the decoder's output (final norm applied) [B, T, H] on every TP rank,
-    before the output layer: the GPTModel runs with `post_process` off for this call. Under
-    sequence parallelism the sequence is all-gathered (reduce-scatter in backward), as the
-    output layer's own input would be; without it, the input's gradient is all-reduced over TP
-    in backward (megatron's `copy_to_tensor_model_parallel_region`)."""
-    from megatron.core import parallel_state as ps
-    from megatron.core.tensor_parallel import mappings
+    before the output layer: the GPTModel runs with `post_process` off for this call
+    (`stage_output(..., head=False)`), then `gather_hidden`."""
+    return gather_hidden(stage_output(model, input_ids, head=False), model, input_ids.shape[1])
 
+
+def stage_output(model, input_ids: torch.Tensor, head: bool = True) -> torch.Tensor:
+    """This pipeline stage's output for input_ids [B, T] (right-padded to a multiple of TP
+    under sequence parallelism): the hidden states [S(/TP), B, H] on a stage before the last
+    (a later stage takes them through `set_input_tensor`); on the last stage the model's head
+    ([B, S, V] / [B, S, 1]) or, with `head=False`, the decoder's output [S(/TP), B, H] (final
+    norm applied) before the output layer."""
     from t1.train.megatron import model as M
 
     b, t = input_ids.shape
-    tp = M.seq_multiple(model)
-    ids = F.pad(input_ids, (0, -t % tp))
+    ids = F.pad(input_ids, (0, -t % M.seq_multiple(model)))
     pos = torch.arange(ids.shape[1], device=ids.device)[None].expand(b, -1)
     keep = model.post_process
-    model.post_process = False
+    model.post_process = keep and head
     try:
-        h = model(ids, pos, M.causal_mask(ids.shape[1], ids.device))  # [S(/TP), B, H]
+        return model(ids, pos, M.causal_mask(ids.shape[1], ids.device))
     finally:
         model.post_process = keep
+
+
+def gather_hidden(h: torch.Tensor, model, t: int) -> torch.Tensor:
+    """The decoder's output [S(/TP), B, H] -> [B, t, H] on every TP rank. Under sequence
+    parallelism the sequence is all-gathered (reduce-scatter in backward), as the output
+    layer's own input would be; without it, the input's gradient is all-reduced over TP in
+    backward (megatron's `copy_to_tensor_model_parallel_region`)."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.tensor_parallel import mappings
+
     if ps.get_tensor_model_parallel_world_size() > 1:
         if model.config.sequence_parallel:
             h = mappings.gather_from_sequence_parallel_region(h, tensor_parallel_output_grad=True)
