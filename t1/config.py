@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-import types
 import typing
 import weakref
 from dataclasses import dataclass, field
@@ -473,41 +472,11 @@ def to_dict(cfg: Config) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
-def json_schema(cls: type = Config) -> dict[str, Any]:
-    """JSON schema of a config dataclass (the workflow validates configs against it)."""
-    hints = typing.get_type_hints(cls)
-    props = {f.name: _schema_of(hints[f.name]) for f in dataclasses.fields(cls)}
-    doc = (cls.__doc__ or "").strip().splitlines()
-    out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
-    if doc and cls is not Config:
-        out["description"] = doc[0]
-    if cls is Config:
-        out = {
-            "$schema": "https://json-schema.org/draft/2020-12/schema",
-            "title": "t1 campaign config",
-            **out,
-        }
-    return out
-
-
-def _schema_of(tp: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(tp):
-        return json_schema(tp)
-    if typing.get_origin(tp) is list:
-        return {"type": "array", "items": _schema_of(typing.get_args(tp)[0])}
-    if isinstance(tp, types.UnionType):
-        raise TypeError("unions are not used in the config")
-    return {
-        bool: {"type": "boolean"},
-        int: {"type": "integer"},
-        float: {"type": "number"},
-        str: {"type": "string"},
-    }[tp]
-
-
 if __name__ == "__main__":
     if sys.argv[1:] == ["--schema"]:
-        print(json.dumps(json_schema(), indent=2))
+        from t1.config_schema import json_schema
+
+        print(json.dumps(json_schema(Config), indent=2))
     else:
         print("usage: python -m t1.config --schema", file=sys.stderr)
         sys.exit(2)

@@ -104,7 +104,7 @@ def table(res: dict) -> str:
     if p:
         lines.append(
             f"{'planner estimate':<20}{p['actor']:>12.2f}{p['critic']:>12.2f}"
-            "   (t1.model.memory_breakdown; micro-batch = ppo.minibatch rows)"
+            "   (t1.model.memory_breakdown; micro-batch = train.micro_batch rows)"
         )
     co = res["coresident"]
     lines.append(

@@ -27,7 +27,8 @@ Offload (`move`): the bf16 weights live in the DDP's contiguous parameter buffer
 with megatron-core's own `offload_to_cpu` / `reload_from_cpu` (storage resized in place, so the
 parameter views stay valid); the fp32 main shards and Adam moments move like
 `MegatronOptimizer.offload_to_cpu` does (`p.data`, state tensors), to any device. The DDP
-gradient buffers stay on the compute device.
+gradient buffers are released while the role waits (megatron-core frees their storage and
+re-allocates it zeroed: every update zeroes the gradients before its backward anyway).
 
 On a machine without CUDA megatron-core's optimizer allocates on device 'cuda' and checks CUDA
 type names; the CPU tests patch that (tests/megatron/optim_shim.py, tests only).
@@ -152,10 +153,11 @@ class MainWeightsAdam:
         for buf in self.ddp.buffers + self.ddp.expert_parallel_buffers:
             if buf.param_data is None or buf.param_data.device.type == "cpu":
                 continue  # nothing to move (the compute device is the CPU)
+            # gradients are released, not copied: every update zeroes them before backward
             if target.type == "cpu":
-                buf.offload_to_cpu(move_params=True, move_grads=False)
+                buf.offload_to_cpu(move_params=True, move_grads=True)
             else:
-                buf.reload_from_cpu(move_params=True, move_grads=False)
+                buf.reload_from_cpu(move_params=True, move_grads=True)
         views = self._views()  # moved with the buffers above
         with torch.no_grad():
             for o in self.parts:

@@ -42,9 +42,10 @@ What cannot run fake and what stands in (listed in the result's `stand_ins`):
   saved activations, added as (pp - i - 1) x the measured saved activations at the end of forward.
 
 Co-residence (`coresident`): the trainer trains the critic first, then the actor, offloading
-the idle role (Residency in trainer.py): its bf16 weights, fp32 main weights and Adam moments
-move to the host, but its fp32 DDP gradient buffers stay on the GPU (trainer.py says so). The
-GPU-resident peak of a role's phase = that role's peak + the idle role's gradient buffers.
+the idle role with train.offload (residency.py): a bf16 role releases its DDP buffers (weights
+and gradients) and moves its fp32 main weights and Adam moments to the host; without offload
+the idle role stays whole. The GPU-resident peak of a role's phase = that role's peak + what of
+the idle role stays (`_idle_resident`).
 """
 
 from __future__ import annotations
@@ -287,13 +288,13 @@ def measure(
             "peak_gib": _gib(worst["total"]),
             "breakdown_gib": {k: _gib(v) for k, v in worst["bytes"].items()},
         }
+    stays, idle_of = _idle_resident(cfg)
     co = {}
     for role, idle in (("critic", "actor"), ("actor", "critic")):
         best = 0.0
         for s in range(pp):
             here = roles[role]["stages"][s]
-            idle_grads = roles[idle]["stages"][s]["bytes"]["grads"]
-            best = max(best, here["total_gib"] + idle_grads)
+            best = max(best, here["total_gib"] + idle_of(roles[idle]["stages"][s]["bytes"]))
         co[role] = round(best, 3)
     budget = cfg.train.gpu_budget_gib
     plan = None
@@ -316,8 +317,7 @@ def measure(
             "order": ["critic", "actor"],
             "phase_peak_gib": co,
             "peak_gib": peak,
-            "stays_on_gpu": "the idle role's fp32 DDP gradient buffers (trainer.py: offload "
-            "moves weights, main weights and Adam moments to the host, not main_grad)",
+            "stays_on_gpu": stays,
         },
         "planned_gib": None
         if plan is None
@@ -334,3 +334,20 @@ def measure(
 
 def _with_seq(cfg, tokens: int):  # the planner's figure at the measured tokens
     return dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, context_tokens=tokens))
+
+
+def _idle_resident(cfg):
+    """(what of the idle role stays on the GPU, in words; its GiB from a stage's breakdown).
+    Without train.offload all of it; with offload a bf16 role's DDP buffers (weights and
+    gradients) are released and its fp32 main weights and Adam moments moved to the host
+    (main_weights.MainWeightsAdam.move), while an fp32 role keeps its gradient buffers."""
+    if not cfg.train.offload:
+        return (
+            "all of the idle role (train.offload false)",
+            lambda b: b["weights"] + b["grads"] + b["optimizer"],
+        )
+    if cfg.model.train_dtype == "bfloat16":
+        return "nothing of the idle role (offloaded: weights, gradients, optimizer)", lambda b: 0.0
+    return "the idle role's fp32 gradient buffers (fp32 offload keeps main_grad)", lambda b: b[
+        "grads"
+    ]

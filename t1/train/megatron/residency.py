@@ -7,8 +7,8 @@
 `Residency.use(role, ...)` puts `role` (weights, gradients, Adam state) on the compute device
 and, when offloading, every other role on the CPU; without offload every role stays on the
 device. `move_role` moves one role in place (the optimizer keeps the same Parameter objects);
-a bf16 role's optimizer (main_weights.MainWeightsAdam) moves its own buffers. The DDP gradient
-buffers (`main_grad`) stay on the compute device.
+a bf16 role's optimizer (main_weights.MainWeightsAdam) moves its own buffers and releases its
+DDP gradient buffers; an fp32 role's DDP gradient buffers (`main_grad`) stay on the device.
 """
 
 from __future__ import annotations

@@ -46,8 +46,8 @@ conversion is exact, so resume is bit-identical in deterministic mode.
 
 Co-residence: actor and critic live on the same devices; with `offload=True` the role not in
 use is moved (weights and optimizer state) to the CPU between calls (residency.py), so each role
-alone must fit the budget `t1 plan-memory` computed (plan.py checks before launch). The DDP
-gradient buffers (`main_grad`) stay on the compute device when a role is offloaded.
+alone must fit the budget `t1 plan-memory` computed (plan.py checks before launch). A bf16 role
+also releases its DDP gradient buffers while it waits; an fp32 role's (`main_grad`) stay.
 """
 
 from __future__ import annotations
