@@ -31,6 +31,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from t1.records import write_json_atomic
+
 WEIGHTS_INDEX = "model.safetensors.index.json"
 # what a tokenizer directory of an HF release holds (those present are linked)
 TOKENIZER_FILES = (
@@ -121,7 +123,7 @@ def link_dir(out: str | Path, source: Path, names: list[str], marker: dict[str, 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     for name in names:
         os.symlink(source / name, tmp / name)
-    (tmp / "init_from.json").write_text(json.dumps({**marker, "linked": names}, indent=1) + "\n")
+    write_json_atomic(tmp / "init_from.json", {**marker, "linked": names}, indent=1)
     tmp.chmod(0o755)
     if out.exists() or out.is_symlink():
         old = out.with_name(f".{out.name}.old.{os.getpid()}")
