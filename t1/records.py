@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,23 @@ def _stamp(obj: Any, schema_version: Any, status: Any) -> Any:
         if value is not None:
             head[key] = value
     return {**head, **obj} if head else obj
+
+
+def replace_dir(tmp: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
+    """Put the finished directory `tmp` (a sibling of `out`) in place of `out`: a rename when
+    `out` is absent; else `out` is renamed aside, `tmp` renamed in and the old tree removed, so a
+    reader sees the old directory or the new one, never a mix. Returns `out`."""
+    tmp, out = Path(tmp), Path(out)
+    if out.exists() or out.is_symlink():
+        old = out.with_name(f".{out.name}.old.{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(out)
+    fsync_dir(out.parent)
+    return out
 
 
 def write_json_atomic(

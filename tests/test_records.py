@@ -230,3 +230,17 @@ def test_no_module_hand_rolls_an_atomic_json_write():
             if where not in DIRECTORY_RECORDS:
                 offenders.append(f"{where} ({fn.split(' (')[1]}")
     assert not offenders, "use t1.records.write_json_atomic instead:\n" + "\n".join(offenders)
+
+
+def test_replace_dir_swaps_a_finished_directory_in_whole(tmp_path):
+    from t1.records import replace_dir
+
+    out = tmp_path / "out"
+    for gen in ("one", "two"):
+        tmp = tmp_path / f".out.{gen}"
+        tmp.mkdir()
+        (tmp / "a.txt").write_text(gen)
+        assert replace_dir(tmp, out) == out
+        assert (out / "a.txt").read_text() == gen and not tmp.exists()
+    # nothing of the old generation is left beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -20,13 +20,13 @@ real ids 248044..248076; the result is cached under `~/.cache/t1/qwen3.5-tokeniz
 
 from __future__ import annotations
 
-import os
-import shutil
 import tempfile
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
+
+from t1.records import replace_dir
 
 IM_START, IM_END, ENDOFTEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 TOOL_CALL, TOOL_CALL_END = "<tool_call>", "</tool_call>"
@@ -154,13 +154,7 @@ def _save_atomic(
     tokenizer.save_pretrained(tmp)
     for name, text in (extra or {}).items():
         (tmp / name).write_text(text)
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old.{os.getpid()}")
-        out_dir.rename(old)
-        tmp.rename(out_dir)
-        shutil.rmtree(old)
-    else:
-        tmp.rename(out_dir)
+    replace_dir(tmp, out_dir)
 
 
 def qwen35_tiktoken_file() -> Path:

@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from t1.records import replace_dir
+
 SCHEMA_VERSION = 2  # 2: engine_ids (version 1 records still load, without them)
 READABLE_VERSIONS = (1, 2)
 KIND = "t1.agent.trajectory"
@@ -256,13 +258,7 @@ def save_trajectory(traj: Trajectory, path: str | Path) -> Path:
             f.flush()
             os.fsync(f.fileno())
         tmp.chmod(0o755)
-        if path.exists():
-            old = path.with_name(f".{path.name}.old.{os.getpid()}")
-            path.rename(old)
-            tmp.rename(path)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(path)
+        replace_dir(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

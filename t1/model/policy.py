@@ -29,6 +29,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from t1.config import Config, ModelConfig, load_config
+from t1.records import replace_dir
 
 CRITIC_FILE = "critic.safetensors"
 CRITIC_META = "t1_critic.json"
@@ -251,14 +252,7 @@ def _atomic_dir(out: Path, write) -> Path:
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

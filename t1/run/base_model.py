@@ -25,13 +25,12 @@ import argparse
 import dataclasses
 import json
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from t1.records import write_json_atomic
+from t1.records import replace_dir, write_json_atomic
 
 WEIGHTS_INDEX = "model.safetensors.index.json"
 # what a tokenizer directory of an HF release holds (those present are linked)
@@ -125,13 +124,7 @@ def link_dir(out: str | Path, source: Path, names: list[str], marker: dict[str, 
         os.symlink(source / name, tmp / name)
     write_json_atomic(tmp / "init_from.json", {**marker, "linked": names}, indent=1)
     tmp.chmod(0o755)
-    if out.exists() or out.is_symlink():
-        old = out.with_name(f".{out.name}.old.{os.getpid()}")
-        out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old)
-    else:
-        tmp.rename(out)
+    replace_dir(tmp, out)
     return out
 
 
