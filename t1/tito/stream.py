@@ -46,16 +46,8 @@ import numpy as np
 
 from t1.agent.trajectory import Status, Trajectory, TrajectoryError, Turn
 from t1.tito import relations as R
-from t1.tito.segment import (
-    APPENDED,
-    PROMPT,
-    SAMPLED,
-    Assembly,
-    Audit,
-    Segment,
-    TitoError,
-    audit_outputs,
-)
+from t1.tito import segment as tito_segment
+from t1.tito.segment import PROMPT, SAMPLED, Assembly, Audit, Segment, TitoError
 
 DEFAULT_BACK, DEFAULT_AHEAD = 96, 16
 
@@ -265,10 +257,10 @@ def assemble(
             stream.fill(L, cut, n_x - cut, rows, start)
         else:
             stream.fill(0, 0, n_x, rows, start)
-        stream.append(turn.appended_ids, APPENDED, t, 0)
+        stream.append(turn.appended_ids, tito_segment.APPENDED, t, 0)
     _close(stream, segments, turns, keep, split_turns)
     audit.segments = len(segments)
-    audit_outputs(segments, turns, audit)
+    tito_segment.audit_outputs(segments, turns, audit)
     if audit.drift_tokens or audit.placeholder_in_loss:
         raise TitoError(
             f"{audit.drift_tokens} drifted loss tokens, {audit.placeholder_in_loss} loss positions "
