@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import submitit
@@ -109,6 +110,37 @@ def submit(
     return executor.submit(Command(argv, stop_timeout_s))
 
 
+def wait(
+    job: submitit.Job,
+    *,
+    poll_s: float = 1.0,
+    settle_s: float = 30.0,
+    timeout_s: float | None = None,
+    on_poll: Callable[[], None] | None = None,
+) -> Any:
+    """`job.result()` that survives a requeue. While Slurm requeues a job, sacct can show the
+    attempt it just cancelled as FAILED for a moment; submitit's `done()` takes that for the
+    end and `result()` then fails for want of a result file. Here a finished state counts only
+    once the result file exists, or once Slurm has said "finished" for `settle_s` on end."""
+    if not isinstance(job, submitit.SlurmJob):
+        return job.result()
+    end = None if timeout_s is None else time.monotonic() + timeout_s
+    finished_since: float | None = None
+    while not job.paths.result_pickle.exists():
+        if end is not None and time.monotonic() > end:
+            raise TimeoutError(f"job {job.job_id}: no result within {timeout_s:g} s")
+        if on_poll is not None:
+            on_poll()
+        if job.watcher.is_done(job.job_id, mode="force"):
+            finished_since = finished_since or time.monotonic()
+            if time.monotonic() - finished_since >= settle_s:
+                break
+        else:
+            finished_since = None
+        time.sleep(poll_s)
+    return job.result()
+
+
 def _main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m t1.supervise.submit", description=__doc__.splitlines()[0]
@@ -152,7 +184,7 @@ def _main(argv: list[str] | None = None) -> int:
     job = submit(cmd, args.logs, local=args.local, stop_timeout_s=args.stop_timeout_s, **params)
     print(f"t1.submit: job {job.job_id} submitted; logs in {args.logs}", flush=True)
     if args.wait:
-        rc = job.result()
+        rc = wait(job)
         print(f"t1.submit: job {job.job_id} finished: exit {rc}", flush=True)
         return int(rc)
     return 0
