@@ -5,10 +5,13 @@
     t1 sandbox run --backend apptainer -- uname -a
 
 start():  apptainer instance start --containall --cleanenv --net --network none
-          --overlay ROOT/overlay --hostname sandbox --bind HOST:INSIDE[:ro] ... IMAGE NAME
-          (a host-directory overlay, so the verifier can run in a container of its own over
-          the same files: t1.sandbox.apptainer_verify; T1_APPTAINER_OVERLAY=0 falls back to
-          --writable-tmpfs, and the verifier to the agent's shell)
+          --overlay ROOT/overlay --workdir ROOT/scratch --hostname sandbox
+          --bind HOST:INSIDE[:ro] ... IMAGE NAME
+          (a host-directory overlay and a host scratch dir for /tmp, /var/tmp and home, so
+          the verifier runs in a container of its own over the same files:
+          t1.sandbox.apptainer_verify, dispatched by t1.verify.hardened;
+          T1_APPTAINER_OVERLAY=0 falls back to --writable-tmpfs and a contained /tmp and
+          home, and the verifier to the agent's shell, NOT hardened)
 shell:    setsid -c prlimit --fsize=N -- apptainer exec --cleanenv --pwd WORKDIR
           --env K=V ... instance://NAME /bin/sh -c LOOP   (t1.sandbox.shell's protocol)
 stop():   apptainer instance stop --force NAME, then the shell's process group is killed.
@@ -78,12 +81,16 @@ def instance_start_args(
     binds: list[tuple[Path, str, bool]],
     cgroups: bool = False,
     overlay: Path | None = None,
+    scratch: Path | None = None,
 ) -> list[str]:
-    """`apptainer instance start ...` for one sandbox (`overlay`: a writable host dir)."""
+    """`apptainer instance start ...` for one sandbox (`overlay`: a writable host dir;
+    `scratch`: the host dir behind its /tmp, /var/tmp and home, `--workdir`)."""
     a = ["apptainer", "instance", "start", "--containall", "--cleanenv"]
     if not spec.network:
         a += ["--net", "--network", "none"]
     a += ["--overlay", str(overlay)] if overlay is not None else ["--writable-tmpfs"]
+    if scratch is not None:
+        a += ["--workdir", str(scratch)]
     a += ["--hostname", spec.hostname]
     if cgroups:  # needs root or a cgroup v2 delegation to the user
         if spec.limits.memory_mb is not None:
@@ -219,6 +226,7 @@ class ApptainerSandbox:
         self.base_env: dict[str, str] | None = None  # the instance shell's starting environment
         self.image: str | None = None  # the .sif the instance runs (the verifier's too)
         self.overlay_dir: Path | None = None  # its writable host-dir overlay (None: a tmpfs)
+        self.scratch_dir: Path | None = None  # its /tmp, /var/tmp and home (--workdir)
         self.prov_root: Path | None = None  # the provision cache bound at /opt/t1
         self._started = False
 
@@ -263,6 +271,8 @@ class ApptainerSandbox:
         if os.environ.get("T1_APPTAINER_OVERLAY", "1") != "0":
             self.overlay_dir = self.root / "overlay"
             self.overlay_dir.mkdir()
+            self.scratch_dir = self.root / "scratch"
+            self.scratch_dir.mkdir()
         try:
             r = subprocess.run(
                 instance_start_args(
@@ -272,6 +282,7 @@ class ApptainerSandbox:
                     self._binds(self.prov_root),
                     self.cgroups,
                     self.overlay_dir,
+                    self.scratch_dir,
                 ),  # fmt: skip
                 capture_output=True,
                 text=True,

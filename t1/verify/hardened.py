@@ -1,9 +1,14 @@
 """The hardened path: stop the agent, run the verifier in the compartment, read its channel.
 
-    result = _score_hardened(task, sandbox, timeout)     # via score_in_sandbox (bwrap only)
+    compartment_kind(sandbox)                            # "bwrap" | "apptainer" | None
+    result = _score_hardened(task, sandbox, timeout)     # via score_in_sandbox
 
 What it defends and how: t1.verify.verifier (the module docstring); the compartment's mounts:
-t1.sandbox.compartment; the runner inside: t1.verify.harness.
+t1.sandbox.compartment (bwrap) and t1.sandbox.apptainer_verify (apptainer: a second
+container over the instance's overlay, read-only); the runner inside: t1.verify.harness.
+Both backends share everything here: the tests' private copy, the harness dir and its
+runner argv, the environment, the signed outcome channel and how it is read; only stopping
+the agent and starting the compartment differ (`_compartment`).
 """
 
 from __future__ import annotations
@@ -155,31 +160,57 @@ def runner_outcomes(
     return out, tampered, "; ".join(problems) or None, len(lines)
 
 
-def _score_hardened(task: Task, sandbox, timeout: float | None) -> VerifierResult:
-    """Stop the agent, then run the verifier in the compartment (t1.sandbox.compartment)."""
+def compartment_kind(sandbox) -> str | None:
+    """How `sandbox` is verified: "bwrap" (t1.sandbox.compartment), "apptainer" (an instance
+    over a host-dir overlay: t1.sandbox.apptainer_verify), None (its own shell: not hardened)."""
+    if getattr(sandbox, "plan", None) is not None and hasattr(sandbox, "cgroup"):
+        return "bwrap"
+    from t1.sandbox.apptainer import ApptainerSandbox
+
+    if isinstance(sandbox, ApptainerSandbox) and None not in (
+        sandbox.overlay_dir, sandbox.image, sandbox.root
+    ):  # fmt: skip
+        return "apptainer"
+    return None
+
+
+def _compartment(sandbox):
+    """(what stopping the agent did, the verifier's host dir, the compartment's runner) for
+    the sandbox's backend; the runners share run_compartment's call shape."""
+    if compartment_kind(sandbox) == "apptainer":
+        from t1.sandbox.apptainer_verify import run_apptainer_verify, stop_instance_agent
+
+        return stop_instance_agent(sandbox), sandbox.root / "verifier", run_apptainer_verify
     from t1.sandbox.agent_stop import stop_agent
-    from t1.sandbox.compartment import HARNESS_INSIDE, TMP_INSIDE, run_compartment
+    from t1.sandbox.compartment import run_compartment
+
+    shell = sandbox.shell
+    launcher = shell.proc.pid if shell is not None and shell.proc is not None else None
+    return stop_agent(sandbox.cgroup, launcher), sandbox.plan.root / "verifier", run_compartment
+
+
+def _score_hardened(task: Task, sandbox, timeout: float | None) -> VerifierResult:
+    """Stop the agent, then run the verifier in the backend's compartment (module docstring)."""
+    from t1.sandbox.compartment import HARNESS_INSIDE, TMP_INSIDE
     from t1.sandbox.hostview import Pristine
     from t1.sandbox.provision import locate
     from t1.verify.script_plan import prepare_runner, runner_argv
 
     t0 = time.monotonic()
     timeout = timeout or task.verifier_timeout_s
-    notes: list[str] = []
-    shell = sandbox.shell
-    launcher = shell.proc.pid if shell is not None and shell.proc is not None else None
+    kind = f"compartment: {compartment_kind(sandbox)}"
     try:
-        stopped = stop_agent(sandbox.cgroup, launcher)
+        stopped, vdir, run_in = _compartment(sandbox)
     except Exception as e:  # noqa: BLE001 - the verifier never raises into the run loop
-        return VerifierResult(error=f"could not stop the agent's processes: {e}", hardened=True)
-    drain = _PtyDrain(shell)  # services may still write to the agent's terminal
-    notes.append(f"agent processes killed: {stopped.killed}")
+        return VerifierResult(error=f"could not stop the agent's processes: {e}", hardened=True,
+                              notes=[kind])  # fmt: skip
+    drain = _PtyDrain(sandbox.shell)  # services may still write to the agent's terminal
+    notes = [f"agent processes killed: {stopped.killed}", kind]
     if stopped.services:
         notes.append(
             "services left running: "
             + "; ".join(f"{p} {c[:80]}" for p, c in sorted(stopped.services.items()))
         )
-    vdir = sandbox.plan.root / "verifier"
     try:
         plan = pytest_plan(task)
         tests_dir, vlogs, harness = vdir / "tests", vdir / "logs", vdir / "harness"
@@ -214,7 +245,7 @@ def _score_hardened(task: Task, sandbox, timeout: float | None) -> VerifierResul
                 "--norc",
                 f"{TESTS_DIR}/{script}",
             ]
-        run = run_compartment(
+        run = run_in(
             sandbox, argv, env, tests_dir, vlogs, harness, timeout, stopped.netns_fd,
             channel=plan is not None, site_dir=site, pidns_fd=stopped.pidns_fd,
         )  # fmt: skip

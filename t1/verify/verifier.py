@@ -11,7 +11,9 @@ The reward is the only thing PPO optimizes, so the agent is the adversary: root 
 sandbox (capabilities dropped), able to change any file the tests will see, to leave
 processes behind, and to plant tools, startup files and plugins anywhere it can write.
 
-How a bwrap sandbox is verified (t1.verify.hardened; t1.sandbox.compartment does the mounts):
+How a bwrap sandbox is verified (t1.verify.hardened; t1.sandbox.compartment does the mounts;
+an apptainer one the same way in a container of its own, with the differences listed under
+"Not defended" below):
 1. Stop the agent. Its cgroup is frozen and every process in it is killed, repeatedly until
    none appears, except bwrap's own, the idle protocol shell, and *services*: processes that
    hold a listening socket (Terminal-Bench tasks check servers the agent left running).
@@ -138,10 +140,24 @@ Not defended (and why):
   agent's files meanwhile; they cannot reach the tests, the report or the harness.
 * Data files the host's libc reads from the agent's /etc (locale, hosts, ssl config is
   pointed at the host's) are not code; gconv modules would be, the harness does not use them.
-* The apptainer backend (no second container over the same writable overlay yet) runs the
-  verifier in the agent's shell as before, under `env -i` with the sandbox's start env; only
-  the names check and the reward clipping protect it. Same when not root (no cgroup: nothing
-  is killed; no nsenter: services are not reachable from the compartment).
+* The apptainer backend (t1.sandbox.apptainer_verify) runs the same runner, harness, proxy
+  and signed channel in a second container (`apptainer exec --containall --cleanenv`: new
+  pid and ipc namespaces, no host home) of the instance's image over the instance's
+  host-dir overlay mounted READ-ONLY with a --writable-tmpfs on top, /tests a read-only bind
+  of the fresh copy, the harness and the host's /usr and /etc read-only, /dev/null over
+  /etc/ld.so.preload, the instance's network (none when offline), its /tmp and home (the
+  instance's `--workdir`). What apptainer cannot give as bwrap does: the agent is stopped
+  by stopping the whole instance, so its services do not survive (tests that check a server
+  the agent left running fail there); no private overlay root (the agent's /tests,
+  /run and /.singularity.d are removed from its overlay's upper layer on the host instead:
+  apptainer runs the image's env scripts before our argv, with the channel fd open); no
+  cgroup of the verifier's own unless the site delegates cgroups; no CAP_SETUID for tests
+  that drop to another user. Its argv is checked before it runs
+  (`check_verify_args`) and kept beside the verifier's output. An apptainer sandbox
+  without a host-dir overlay (T1_APPTAINER_OVERLAY=0) and other backends run the verifier
+  in the agent's shell, under `env -i` with the sandbox's start env; only the names check
+  and the reward clipping protect them. A bwrap sandbox when not root: no cgroup (nothing
+  is killed), no nsenter (services are not reachable from the compartment).
 * The kernel, bwrap and the host are trusted.
 
 Fidelity costs: pytest runs under the host's python3 when the provision has no interpreter
@@ -163,7 +179,7 @@ path (t1.verify.in_shell), the hardened path (t1.verify.hardened) and how it run
 from __future__ import annotations
 
 from t1.tasks.model import Task
-from t1.verify.hardened import _score_hardened
+from t1.verify.hardened import _score_hardened, compartment_kind
 from t1.verify.in_shell import _score_in_shell
 from t1.verify.result import VerifierResult, check_against, recorded_names
 
@@ -173,11 +189,12 @@ def score_in_sandbox(
 ) -> VerifierResult:
     """Verify what was done in `sandbox` (agent or oracle already acted): never raises.
 
-    A bwrap sandbox is verified in the compartment (hardened); any other backend in its own
-    shell (see the module docstring). `expected` (default: the names the task's pool recorded
-    from its reference run, `recorded_names`) marks a report with other names `tampered`.
+    A bwrap sandbox, or an apptainer one over a host-dir overlay, is verified in a compartment
+    (hardened: `compartment_kind`); any other in its own shell (see the module docstring).
+    `expected` (default: the names the task's pool recorded from its reference run,
+    `recorded_names`) marks a report with other names `tampered`.
     """
-    if getattr(sandbox, "plan", None) is not None and hasattr(sandbox, "cgroup"):
+    if compartment_kind(sandbox) is not None:
         result = _score_hardened(task, sandbox, timeout)
     else:
         result = _score_in_shell(task, sandbox, timeout)
