@@ -7,19 +7,41 @@ The colocated split and its srun lines (`t1 serve` replica step and trainer step
 restarted `MAX_RESTARTS` times and then stops the segment naming its log, and one that never
 answers /health stops it at `fleet.start_timeout_s` (real processes; the Slurm run is
 tests/slurm/test_fleet_segment.py).
+
+Hangs (t1/run/replica_watch.py): a real HTTP server that first exits, then is SIGSTOPped twice,
+is restarted for each (exited, hung) and given up at the third failure, and the stopped
+processes die; two real `t1 serve` replicas under the health watcher, one SIGSTOPped: it is
+killed, started again, loaded with the newest export at its weight_version and serves at it,
+while the other is left alone; the watcher's heartbeat goes stale on a stopped server, SIGTERM
+reaches a stopped server, and a SIGKILLed watcher takes its server down.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from t1.config import load_config
-from t1.engine import allocation
+from t1.config import ModelConfig, load_config
+from t1.engine import allocation, launch
+from t1.model.policy import build_policy, save_policy
 from t1.run import plan, segment_fleet
-from t1.run.segment_fleet import FleetStepError, ReplicaSteps, fleet_steps_wanted, localize
+from t1.run.segment_fleet import (
+    FleetStepError,
+    ReplicaSteps,
+    export_version,
+    fleet_steps_wanted,
+    localize,
+    newest_export,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "workflow/config/tiny.yaml"
@@ -130,3 +152,212 @@ def test_a_replica_step_that_never_answers_health_times_out_naming_its_log(tmp_p
     finally:
         steps.stop()
     assert steps.events[-1]["event"] == "stopped" and steps.events[-1]["rc"] == -15
+    # not up yet is not hung: the start timeout owns a replica that never answered
+    assert not any(ev["event"] in ("hung", "killed") for ev in steps.events), steps.events
+
+
+# ---------------------------------------------------------------- hangs (t1/run/replica_watch.py)
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _alive(pid: int) -> bool:
+    """`pid` exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _wait(pred, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout_s:g} s")
+        time.sleep(0.1)
+
+
+def _child(pid: int) -> int:
+    """The one child of `pid` (the server under a watcher)."""
+    kids: list[str] = []
+    _wait(
+        lambda: (
+            bool(kids.extend(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()))
+            or bool(kids)
+        ),
+        30,
+        f"a child of {pid}",
+    )
+    return int(kids[0])
+
+
+def _http_server(tmp_path: Path, port: int) -> list[str]:
+    """A real HTTP server whose GET /health answers 200 (a file of that name)."""
+    www = tmp_path / "www"
+    www.mkdir(exist_ok=True)
+    (www / "health").write_text("ok")
+    return [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(www)]
+
+
+FAST = {
+    "fleet.health_interval_s": 0.2,
+    "fleet.health_timeout_s": 0.5,
+    "fleet.health_failures": 3,
+    "fleet.start_timeout_s": 60.0,
+}
+
+
+def test_exits_and_hangs_count_against_one_restart_limit(tmp_path):
+    cfg, path = fleet_cfg(tmp_path, **FAST)
+    (port,) = _free_ports(1)
+    steps = ReplicaSteps(cfg, path, tmp_path / "iter", ["localhost"])
+    steps.replicas[0]["url"] = f"http://127.0.0.1:{port}"
+    mark = tmp_path / "started_once"
+    serve = " ".join(_http_server(tmp_path, port))
+    first_exits = f"if [ ! -e {mark} ]; then touch {mark}; exit 5; fi; exec {serve}"
+    steps.lines = {0: ["bash", "-c", first_exits]}
+    steps.spawn_lines()
+    try:
+        steps.wait_healthy(60)  # the first start exits with 5: restarted, then it answers
+        steps.wait_ready(60)
+        (exited,) = steps.restarts[0]
+        assert exited["reason"] == "exited" and exited["detail"] == "rc 5", exited
+        assert exited["old_step"] is None and exited["new_step"] is None  # no Slurm here
+        # a replica that answers is left alone (the negative control of the hang check)
+        time.sleep(8 * cfg.fleet.health_interval_s)
+        assert len(steps.restarts[0]) == 1 and steps.failure is None, steps.restarts
+        stopped = steps.procs[0].pid
+        os.kill(stopped, signal.SIGSTOP)  # alive, /health never answers: hung
+        _wait(lambda: len(steps.restarts[0]) == 2, 30, "a restart of the hung replica")
+        assert steps.wait_ready(60) < 60
+        hung = steps.restarts[0][1]
+        assert hung["reason"] == "hung" and "3 /health checks in a row failed" in hung["detail"]
+        assert hung["healthy_after_s"] >= 0 and not _alive(stopped)  # the stopped one died
+        os.kill(again := steps.procs[0].pid, signal.SIGSTOP)
+        _wait(lambda: steps.failure is not None, 30, "the replica given up")
+        with pytest.raises(FleetStepError, match="failed 3 times"):
+            steps.wait_ready(5)
+    finally:
+        steps.stop()
+    assert steps.failure.startswith(
+        "replica 0 step failed 3 times (exited 1, hung 2; last: hung: 3 /health checks"
+    ), steps.failure
+    assert "replica0.log" in steps.failure and not _alive(again)
+    assert len(steps.restarts[0]) == segment_fleet.MAX_RESTARTS
+    kinds = [ev["event"] for ev in steps.events]
+    assert kinds.count("started") == 3 and kinds.count("hung") == 2, kinds
+    assert kinds.count("killed") == 3 and "given_up" in kinds, kinds
+
+
+@pytest.mark.slow  # ~30 s: three `t1 serve` starts
+def test_a_hung_t1_serve_is_killed_restarted_and_serves_the_current_weights(tmp_path):
+    """Two real `t1 serve` replicas under the health watcher; one is SIGSTOPped (its server,
+    not the watcher): the driver kills it, starts it again, loads the newest export at the
+    fleet's weight_version and checks it; the other is left alone."""
+    # slower checks than FAST: two busy servers on a loaded machine must not look hung
+    sets = {**FAST, "fleet.health_interval_s": 0.3, "fleet.health_timeout_s": 2.0}
+    cfg, path = fleet_cfg(tmp_path, **{**sets, "fleet.replicas": 2, "run.threads": 1})
+    for seed in (0, 1):
+        save_policy(build_policy(ModelConfig(), 512, seed=seed), tmp_path / f"p{seed}")
+    new = tmp_path / "p1"
+    steps = ReplicaSteps(
+        cfg, path, tmp_path / "iter", ["localhost"], current=lambda: (str(new), export_version(new))
+    )
+    urls = []
+    for r, port in zip(steps.replicas, _free_ports(2), strict=True):
+        r["url"] = url = f"http://127.0.0.1:{port}"
+        urls.append(url)
+        server = launch.server_command(
+            cfg, str(tmp_path / "p0"), host="127.0.0.1", port=port, weight_version="v0",
+            config_path=path,
+        )  # fmt: skip
+        steps.lines[r["index"]] = localize(launch.watch_command(url, server, 0.3))
+    steps.spawn_lines()
+    try:
+        steps.wait_healthy(180)
+        server = _child(steps.procs[0].pid)  # t1 serve under replica 0's watcher
+        os.kill(server, signal.SIGSTOP)
+        _wait(lambda: steps.restarts[0] and "weight_version" in steps.restarts[0][-1], 180, "back")
+        steps.wait_ready(60)
+        (entry,) = steps.restarts[0]
+        assert entry["reason"] == "hung" and "error" not in entry, entry
+        assert entry["model_path"] == str(new) and entry["weight_version"] == export_version(new)
+        _wait(lambda: not _alive(server), 10, "the stopped server's death")
+        body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2, "temperature": 0}}
+        req = urllib.request.Request(
+            urls[0] + "/generate", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=60) as r:
+            meta = json.loads(r.read())["meta_info"]
+        assert meta["weight_version"] == export_version(new), meta
+        # the healthy replica was not touched: no restart, still its launch weights
+        assert steps.restarts[1] == [] and steps.failure is None
+        assert segment_fleet.model_info(urls[1])["weight_version"] == "v0"
+    finally:
+        steps.stop()
+    mine = [ev["event"] for ev in steps.events if ev["replica"] == 0]
+    assert mine[:6] == ["started", "hung", "killed", "started", "back", "stopped"], mine
+
+
+def test_newest_export_is_the_last_finished_step_else_the_start(tmp_path):
+    from t1.run.steps import step_dir
+
+    start = tmp_path / "sft/actor"
+    assert newest_export(tmp_path, range(4, 6), start) == start
+    (step_dir(tmp_path, 4) / "train/actor").mkdir(parents=True)
+    (step_dir(tmp_path, 5) / "train/actor").mkdir(parents=True)  # running: no DONE.json yet
+    assert newest_export(tmp_path, range(4, 6), start) == start
+    (step_dir(tmp_path, 4) / "train/DONE.json").write_text("{}")
+    assert newest_export(tmp_path, range(4, 6), start) == step_dir(tmp_path, 4) / "train/actor"
+    assert export_version(tmp_path / "x/../sft/actor") == str(start.resolve())
+    try:  # the convention the fleet client and the trainer's push use, where it exists
+        from t1.engine.weight_update import version_of
+    except ImportError:
+        return
+    assert export_version(tmp_path / "x/../sft/actor") == version_of(start)
+
+
+def test_the_watcher_goes_stale_on_a_stopped_server_and_takes_it_down_when_it_dies(tmp_path):
+    """launch.watch: a SIGSTOPped server stops the heartbeat (t1 supervise's hang signal);
+    SIGTERM reaches the stopped server (SIGCONT after it); SIGKILL of the watcher kills it."""
+    beat = tmp_path / "beat"
+    env = {**os.environ, "T1_HEARTBEAT_FILE": str(beat)}
+    watchers = []
+    for n in range(2):
+        (port,) = _free_ports(1)
+        cmd = [sys.executable, "-m", "t1.engine.launch", "watch", "--url"]
+        cmd += [f"http://127.0.0.1:{port}", "--interval", "0.2", "--"]
+        cmd += _http_server(tmp_path, port)
+        w = subprocess.Popen(cmd, env=env if n == 0 else None, stderr=subprocess.DEVNULL)
+        watchers.append((w, _child(w.pid)))
+    try:
+        (w0, s0), (w1, s1) = watchers
+        _wait(beat.exists, 30, "the first heartbeat")
+        t = beat.stat().st_mtime_ns
+        _wait(lambda: beat.stat().st_mtime_ns != t, 10, "a fresh heartbeat")  # control: it beats
+        os.kill(s0, signal.SIGSTOP)
+        time.sleep(1.0)  # a check in flight may still land; then no more
+        t = beat.stat().st_mtime_ns
+        time.sleep(1.5)
+        assert beat.stat().st_mtime_ns == t and _alive(s0)  # stale, server alive but stopped
+        w0.send_signal(signal.SIGTERM)
+        assert w0.wait(timeout=20) != 0 and not _alive(s0)
+        os.kill(s1, signal.SIGSTOP)
+        w1.kill()
+        w1.wait(timeout=10)
+        _wait(lambda: not _alive(s1), 10, "the stopped server of a SIGKILLed watcher to die")
+    finally:
+        for w, s in watchers:
+            for pid in (w.pid, s):
+                if _alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+            w.wait(timeout=10)

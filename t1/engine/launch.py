@@ -17,8 +17,13 @@ weights separately to stop the step when one load fails.
 
 `watch` runs a server and turns its health into the supervisor's heartbeat: it touches
 $T1_HEARTBEAT_FILE each time `GET URL/health` answers 200, so a server that hangs (up, but
-not answering) goes stale and `t1 supervise` kills and restarts it, as it does a dead one.
-It exits with the server's exit code; SIGTERM is passed on.
+not answering: deadlocked, SIGSTOPped) goes stale and `t1 supervise` kills and restarts it, as
+it does a dead one. The watcher itself never kills a hung server: under `t1 supervise` the
+stale heartbeat catches it; in a segment's replica job steps (no heartbeat file) the segment's
+driver does (t1/run/replica_watch.py: its own /health checks, then scancel and SIGKILL of the
+step). It exits with the server's exit code; SIGTERM and SIGINT are passed on, with a SIGCONT
+so that a stopped server gets them too; the server dies with the watcher (PR_SET_PDEATHSIG:
+a SIGKILL, which reaches a stopped process as well).
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from t1.httpjson import get_ok
+from t1.store.lock import die_with_parent
 
 SGLANG_SERVER = ["python", "-m", "sglang.launch_server"]
 SGLANG_ROUTER = ["python", "-m", "sglang_router.launch_router"]
@@ -123,19 +129,17 @@ def as_line(cmd: list[str]) -> str:
 
 
 def healthy(url: str, timeout_s: float) -> bool:
-    try:
-        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=timeout_s) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+    """GET URL/health answered 200 within `timeout_s` (any failure, a cut answer too: False)."""
+    return get_ok(url.rstrip("/") + "/health", timeout=timeout_s)
 
 
 def watch(url: str, cmd: list[str], interval_s: float, heartbeat: str | None) -> int:
     """Run `cmd`; touch `heartbeat` whenever `url` is healthy; return cmd's exit code."""
-    proc = subprocess.Popen(cmd)
+    proc = subprocess.Popen(cmd, preexec_fn=die_with_parent)  # a killed watcher kills it
 
     def forward(signum, frame) -> None:
         proc.send_signal(signum)
+        proc.send_signal(signal.SIGCONT)  # a stopped server acts on it too
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)

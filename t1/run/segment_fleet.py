@@ -12,7 +12,8 @@
    weights (`--from`/actor for segment 0, else the previous step's `train/actor`); its output
    goes to ITER_DIR/replica<R>.log;
 2. the driver waits until every replica answers /health (`fleet.start_timeout_s`); a step that
-   exits first stops the segment, naming its log;
+   exits meanwhile is started again, more than `MAX_RESTARTS` times stops the segment, naming
+   its log;
 3. each PPO step's `t1 rollout` runs in the driver and samples from the replicas; it first loads
    the step's policy (the previous step's HF export) into every replica with
    /update_weights_from_disk (t1.engine.fleet.before_rollout; the step stops if one fails), so
@@ -24,9 +25,14 @@
    removes the marker and exits 3. Then it stops the replica steps (SIGTERM to srun, which
    passes it on; SIGKILL after `STOP_GRACE_S`).
 
-A replica step that exits while the segment runs is started again (at most `MAX_RESTARTS`
-times per replica; the fleet client reloads the current weights into it when it answers
-/health again, t1.engine.fleet); more exits stop the segment.
+A replica step that exits or hangs while the segment runs (t1/run/replica_watch.py: its own
+/health checks, `fleet.health_failures` in a row failing = hung) is killed (scancel of its
+step, SIGKILL), started again with the same line, loaded with the current weights (the newest
+finished export: `newest_export`, at the fleet client's weight_version) and checked with
+/get_model_info; each rollout (and the final load) first waits until no replica is being
+restarted. At most `MAX_RESTARTS` restarts per replica, exits and hangs alike; one more stops
+the segment. fleet_steps.json lists each replica's restarts (time, reason `exited`/`hung`,
+old and new Slurm step, weight_version after the reload).
 
 `fleet.colocate` puts the replicas on the trainer's nodes (srun --overlap, port + index): the
 single-node CI split. Exit codes as `t1 segment`; 3: the fleet failed (named on stderr).
@@ -34,32 +40,28 @@ single-node CI split. Exit codes as `t1 segment`; 3: the fleet failed (named on 
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
 import sys
-import threading
-import time
-import urllib.error
-import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from t1.engine import allocation, launch
+from t1.engine import allocation
 from t1.records import write_json_atomic
 from t1.run import plan
-from t1.store.lock import die_with_parent
-from t1.supervise.child import HEARTBEAT_ENV, heartbeat
+from t1.run.replica_watch import (  # noqa: F401  (re-exported: the segment's fleet API)
+    MAX_RESTARTS,
+    STOP_GRACE_S,
+    FleetStepError,
+    LockedPidFile,
+    ReplicaSteps,
+    export_version,
+    localize,
+    model_info,
+)
 
-SCHEMA_VERSION = 1
-STOP_GRACE_S = 30.0
-MAX_RESTARTS = 2
+SCHEMA_VERSION = 2  # 2: each replica's `restarts` is a list (time, reason, steps, weight_version)
 RECORD = "fleet_steps.json"
-
-
-class FleetStepError(RuntimeError):
-    """A replica step did not come up, or the fleet did not take the final weights."""
 
 
 def fleet_steps_wanted(cfg) -> bool:
@@ -67,169 +69,21 @@ def fleet_steps_wanted(cfg) -> bool:
     return cfg.fleet.replicas > 0 and not cfg.fleet.urls and bool(os.environ.get("SLURM_JOB_ID"))
 
 
-def localize(cmd: list[str]) -> list[str]:
-    """A plan line made runnable here: `python` -> this interpreter, and the command word after
-    srun's options, when it is `t1`, -> this interpreter's t1 (a venv need not be on PATH)."""
-    from t1.run.steps import t1_command
-
-    out = [sys.executable if a == "python" else a for a in cmd]
-    if out[:1] == ["srun"]:
-        at = next((i for i, a in enumerate(out[1:], 1) if not a.startswith("-")), None)
-        if at is not None and out[at] == "t1":
-            out[at : at + 1] = t1_command()
-    elif out[:1] == ["t1"]:
-        out[:1] = t1_command()
-    return out
-
-
-class ReplicaSteps:
-    """The replica job steps of one segment: start, wait for health, restart, stop."""
-
-    def __init__(self, cfg, config_path: str, iter_dir: Path, hosts: list[str], children=None):
-        self.cfg = cfg
-        self.config_path = config_path
-        self.iter_dir = iter_dir
-        self.split = allocation.split_allocation(cfg, hosts)
-        self.children = children  # t1.store.lock.PidFile of the driver: a later attempt reaps them
-        self.procs: dict[int, subprocess.Popen] = {}
-        self.lines: dict[int, list[str]] = {}
-        self.restarts: dict[int, int] = {}
-        self.events: list[dict[str, Any]] = []
-        self._stopping = threading.Event()
-        self._lock = threading.Lock()
-        self._watcher: threading.Thread | None = None
-        self.failure: str | None = None  # set when a replica exited more than MAX_RESTARTS times
-        self.failed: int | None = None  # that replica's index
-
-    @property
-    def replicas(self) -> list[dict[str, Any]]:
-        return self.split["replicas"]
-
-    def log(self, index: int) -> Path:
-        return self.iter_dir / f"replica{index}.log"
-
-    def start(self, model_path: str) -> None:
-        """Start every replica's srun line (t1.run.plan) from `model_path`."""
-        for r in self.replicas:
-            self.lines[r["index"]] = localize(
-                plan.replica_command(self.cfg, r, model_path, self.config_path)
-            )
-        self.spawn_lines()
-
-    def spawn_lines(self) -> None:
-        """Start `self.lines` (one per replica index) and the watcher that restarts them."""
-        self.iter_dir.mkdir(parents=True, exist_ok=True)
-        for index in self.lines:
-            self.restarts[index] = 0
-            self._spawn(index)
-        self._watcher = threading.Thread(target=self._watch, name="replica-steps", daemon=True)
-        self._watcher.start()
-
-    def _spawn(self, index: int) -> None:
-        line = self.lines[index]
-        print(f"$ {' '.join(line)}  > {self.log(index)}", flush=True)
-        # a healthy server must not keep the segment's own heartbeat fresh (a hung trainer would
-        # go unnoticed by `t1 supervise`): the watcher gets no heartbeat file
-        env = {k: v for k, v in os.environ.items() if k != HEARTBEAT_ENV}
-        with open(self.log(index), "ab") as out:
-            proc = subprocess.Popen(  # srun dies with the driver (t1.store.lock), the step with the job
-                line, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent, env=env
-            )
-        with self._lock:
-            self.procs[index] = proc
-        if self.children is not None:
-            self.children.add(f"replica{index}", proc.pid)
-        self.events.append({"time": time.time(), "event": "started", "replica": index})
-
-    def _watch(self) -> None:
-        """Start a replica step again when it exits before the segment ends."""
-        while not self._stopping.wait(1.0):
-            for index, proc in list(self.procs.items()):
-                rc = proc.poll()
-                if rc is None or self._stopping.is_set():
-                    continue
-                self.events.append(
-                    {"time": time.time(), "event": "exited", "replica": index, "rc": rc}
-                )
-                if self.restarts[index] >= MAX_RESTARTS:
-                    self.failure = (
-                        f"replica {index} step exited {self.restarts[index] + 1} times "
-                        f"(last rc {rc}); see {self.log(index)}"
-                    )
-                    self.failed = index
-                    self.procs.pop(index)
-                    continue
-                self.restarts[index] += 1
-                print(f"replica {index} step exited with {rc}: starting it again", flush=True)
-                self._spawn(index)
-
-    def wait_healthy(self, timeout_s: float) -> float:
-        """Seconds until every replica answered /health; FleetStepError on timeout or exit."""
-        t0 = time.monotonic()
-        pending = {r["index"]: r["url"] for r in self.replicas}
-        while pending:
-            for index, url in list(pending.items()):
-                if launch.healthy(url, timeout_s=2.0):
-                    pending.pop(index)
-            if self.failure is not None:
-                raise FleetStepError(f"{self.failure}\n{self.tail(self.failed or 0)}")
-            if pending and time.monotonic() - t0 > timeout_s:
-                first = min(pending)
-                raise FleetStepError(
-                    f"replica {first} ({pending[first]}) did not answer /health within "
-                    f"fleet.start_timeout_s {timeout_s:g} s; see {self.log(first)}\n"
-                    + self.tail(first)
-                )
-            if pending:
-                heartbeat()  # waiting for a server is progress to `t1 supervise`
-                time.sleep(0.5)
-        return time.monotonic() - t0
-
-    def tail(self, index: int, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log(index).read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        """SIGTERM every replica's srun (it passes it to the step), SIGKILL after the grace."""
-        self._stopping.set()
-        if self._watcher is not None:
-            self._watcher.join(timeout=5)
-        procs = list(self.procs.items())
-        for _, proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        for index, proc in procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            self.events.append(
-                {"time": time.time(), "event": "stopped", "replica": index, "rc": proc.returncode}
-            )
-            if self.children is not None:
-                self.children.remove(f"replica{index}")
-
-
-def model_info(url: str, timeout_s: float = 30.0) -> dict[str, Any]:
-    """A replica's GET /get_model_info (model_path, weight_version), or the error."""
-    try:
-        with urllib.request.urlopen(url.rstrip("/") + "/get_model_info", timeout=timeout_s) as r:
-            return json.loads(r.read() or b"{}")
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        return {"error": f"{type(e).__name__}: {e}"}
-
-
-def trainer_launcher(cfg, split: dict[str, Any], record: list[dict[str, Any]]):
-    """Driver.launcher: `t1 train` as the trainer job step, other commands as they are."""
+def trainer_launcher(
+    cfg,
+    split: dict[str, Any],
+    record: list[dict[str, Any]],
+    ready: Callable[[], Any] | None = None,
+):
+    """Driver.launcher: `t1 train` as the trainer job step, other commands as they are; a
+    rollout waits for `ready` first (every replica up and at the current weights)."""
     nodes = split["trainer"]
     layout = plan.trainer_layout(cfg, len(nodes))["layout"]
 
     def run(what: str, cmd: list[str]) -> list[str]:
         if what != "train":
+            if what == "rollout" and ready is not None:
+                ready()
             return localize(cmd)
         step = Path(cmd[cmd.index("--out") + 1]).parent.name  # .../step_NNNNNN/train
         _, line = plan.trainer_command(cfg, nodes, layout, cmd, f"t1-{cfg.run.name}-{step}")
@@ -237,6 +91,18 @@ def trainer_launcher(cfg, split: dict[str, Any], record: list[dict[str, Any]]):
         return localize(line)
 
     return run
+
+
+def newest_export(run_dir: Path, steps, start: Path) -> Path:
+    """The weights the fleet serves now: the newest finished export among the segment's
+    `steps` (train/DONE.json written), else the segment's start weights."""
+    from t1.run.steps import step_dir
+
+    for s in reversed(list(steps)):
+        train = step_dir(run_dir, s) / "train"
+        if (train / "DONE.json").exists():
+            return train / "actor"
+    return start
 
 
 def load_final(cfg, urls: list[str], path: Path) -> None:
@@ -263,14 +129,21 @@ def run_with_fleet(driver) -> int:
     iter_dir = Path(args.out).parent
     first = driver.steps()[0]
     start = driver.prev_of(first) / "actor"
+    if driver.children is not None:  # shared with the replica monitors' threads
+        driver.children = LockedPidFile(driver.children.path)
+
+    def current() -> tuple[str, str]:
+        path = newest_export(driver.run_dir, driver.steps(), start)
+        return str(path), export_version(path)
+
     try:
-        steps = ReplicaSteps(cfg, args.config, iter_dir, hosts, driver.children)
+        steps = ReplicaSteps(cfg, args.config, iter_dir, hosts, driver.children, current)
     except ValueError as e:
         print(f"t1 segment: {args.config}: {e}", file=sys.stderr)
         return 2
     urls = [r["url"] for r in steps.replicas]
     trainer_lines: list[dict[str, Any]] = []
-    driver.launcher = trainer_launcher(cfg, steps.split, trainer_lines)
+    driver.launcher = trainer_launcher(cfg, steps.split, trainer_lines, steps.wait_ready)
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "status": "running",
@@ -289,11 +162,18 @@ def run_with_fleet(driver) -> int:
             return 3
         print(f"fleet: {len(urls)} replica step(s) healthy after {took:.1f} s: {urls}", flush=True)
         record["healthy_after_s"] = round(took, 2)
-        rc = driver.run()
+        try:
+            rc = driver.run()
+            if not rc:
+                steps.wait_ready()  # a replica being restarted takes the final weights too
+        except FleetStepError as e:
+            print(f"t1 segment: {e}", file=sys.stderr, flush=True)
+            rc = 3
         if steps.failure is not None:
             print(f"t1 segment: {steps.failure}", file=sys.stderr, flush=True)
             rc = rc or 3
         if rc:
+            Path(args.out).unlink(missing_ok=True)  # written by a driver.run() that succeeded
             return rc
         final = step_dir(driver.run_dir, driver.steps()[-1]) / "train" / "actor"
         try:
@@ -310,7 +190,12 @@ def run_with_fleet(driver) -> int:
     finally:
         steps.stop()
         record["replicas"] = [
-            {**r, "launch": steps.lines.get(r["index"]), "restarts": steps.restarts.get(r["index"])}
+            {
+                **r,
+                "launch": steps.lines.get(r["index"]),
+                "step": steps.step_ids.get(r["index"]),
+                "restarts": steps.restarts.get(r["index"], []),
+            }
             for r in steps.replicas
         ]
         record["trainer_steps"] = trainer_lines
