@@ -26,8 +26,8 @@ DIR/ckpt, so pruning keeps it; `t1 report` lists it). A chain that cannot be reb
 step.json, inputs gone) is an error naming the checkpoints, never a fresh start.
 
 Under torchrun (WORLD_SIZE > 1, train.backend megatron only) every rank runs this on the same
-rows; checkpoints are per rank (t1.train.megatron.stage), rank 0 writes step.json, metrics,
-DONE.json and the HF export; a checkpoint of another layout is refused (exit 5).
+rows; checkpoints are per rank (t1.train.megatron.stage), rank 0 writes step.json, metrics and
+DONE.json, each pipeline stage's leader its part of the HF export (megatron/export.py); a checkpoint of another layout is refused (exit 5).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@
     full = hf_to_mcore(hf_model.state_dict(), hf_model.config, kind="actor")   # unsharded
     local = shard(full, Sizes(tp=2), Ranks(tp=1))                              # one rank's part
     hf = mcore_to_hf(unshard({ranks: local, ...}, sizes), hf_model.config, kind="actor")
+    pairs = tensor_to_hf(name, join(parts, rule), config, "actor")   # one tensor (export.py)
 
 Pure tensor code (no megatron import): every mapping is a copy, a concatenation or a split, so
 a round trip is exact (tests/megatron/test_megatron_equivalence.py, test_qwen35.py: max
@@ -140,65 +141,122 @@ def hf_to_mcore(
 
 
 def mcore_to_hf(mc: dict[str, torch.Tensor], config, kind: str) -> dict[str, torch.Tensor]:
-    """Inverse of `hf_to_mcore` (padding rows dropped)."""
-    p = _prefix(kind)
-    q35 = _is_qwen35(config)
+    """Inverse of `hf_to_mcore` (padding rows dropped): `tensor_to_hf` per tensor, then each
+    layer's per-expert tensors stacked into the model's `experts.gate_up_proj` / `down_proj`."""
+    out = {k: v for name, w in mc.items() for k, v in tensor_to_hf(name, w, config, kind)}
+    return {k: v.contiguous() for k, v in stack_experts(out, config.num_experts).items()}
+
+
+_SIMPLE = {  # megatron layer suffix -> HF layer suffix (copied as they are)
+    f"{ATTN}.linear_proj.weight": "self_attn.o_proj.weight",
+    f"{ATTN}.q_layernorm.weight": "self_attn.q_norm.weight",
+    f"{ATTN}.k_layernorm.weight": "self_attn.k_norm.weight",
+    f"{ATTN}.conv1d.weight": "linear_attn.conv1d.weight",
+    f"{ATTN}.dt_bias": "linear_attn.dt_bias",
+    f"{ATTN}.A_log": "linear_attn.A_log",
+    f"{ATTN}.out_norm.weight": "linear_attn.norm.weight",
+    f"{ATTN}.out_proj.weight": "linear_attn.out_proj.weight",
+    "input_layernorm.weight": "input_layernorm.weight",
+    "pre_mlp_layernorm.weight": "post_attention_layernorm.weight",
+    "mlp.router.weight": "mlp.gate.weight",
+    "mlp.shared_experts.linear_fc2.weight": "mlp.shared_expert.down_proj.weight",
+    "mlp.shared_experts.gate_weight": "mlp.shared_expert_gate.weight",
+}
+
+
+def tensor_to_hf(name: str, w: torch.Tensor, config, kind: str) -> list[tuple[str, torch.Tensor]]:
+    """One UNSHARDED megatron tensor (global layer / expert indices) -> its HF tensors under
+    the names HF checkpoints store (what `save_pretrained` writes: one entry per expert,
+    `...mlp.experts.E.gate_proj.weight` / `up_proj` / `down_proj`). Works on meta tensors
+    (names and shapes only). Raises naming a tensor it has no rule for."""
+    p, vocab = _prefix(kind), config.vocab_size
+    if name == "embedding.word_embeddings.weight":
+        return [(p + "embed_tokens.weight", w[:vocab])]
+    if name == "decoder.final_layernorm.weight":
+        return [(p + "norm.weight", w)]
+    if name == "output_layer.weight":
+        return [("lm_head.weight", w[:vocab])] if kind == "actor" else [("value_head.weight", w)]
+    if name == "output_layer.bias" and kind == "critic":
+        return [("value_head.bias", w)]
+    m = _LAYER.match(name)
+    if m is None:
+        raise ValueError(f"megatron weights: no HF name for {name!r}")
+    h, rest = f"{p}layers.{m.group(1)}.", m.group(2)
+    e = _EXPERT.match(rest)
+    if e is not None:
+        ex = f"{h}mlp.experts.{e.group(1)}."
+        if e.group(2) == "linear_fc1.weight":  # gate rows, then up rows
+            gate, up = w.chunk(2, 0)
+            return [(ex + "gate_proj.weight", gate), (ex + "up_proj.weight", up)]
+        if e.group(2) == "linear_fc2.weight":
+            return [(ex + "down_proj.weight", w)]
+    elif rest in _SIMPLE:
+        return [(h + _SIMPLE[rest], w)]
+    elif rest == f"{ATTN}.in_proj.weight":  # GDN: qkv | z | b | a
+        qk2v, v_dim, nv = _gdn_dims(config)
+        parts = w.split([qk2v, v_dim, nv, nv])
+        return [
+            (h + f"linear_attn.in_proj_{x}.weight", t)
+            for x, t in zip("qkv z b a".split(), parts, strict=True)
+        ]
+    elif rest == "mlp.shared_experts.linear_fc1.weight":
+        gate, up = w.chunk(2, 0)
+        se = h + "mlp.shared_expert."
+        return [(se + "gate_proj.weight", gate), (se + "up_proj.weight", up)]
+    elif rest == f"{ATTN}.linear_qkv.weight":
+        return _qkv_to_hf(h, w, config)
+    raise ValueError(f"megatron weights: no HF name for {name!r}")
+
+
+def _qkv_to_hf(h: str, w: torch.Tensor, config) -> list[tuple[str, torch.Tensor]]:
     n, g, d = config.num_attention_heads, config.num_key_value_heads, config.head_dim
-    vocab = config.vocab_size
-    out: dict[str, torch.Tensor] = {
-        p + "embed_tokens.weight": mc["embedding.word_embeddings.weight"][:vocab]
-    }
-    for layer in range(config.num_hidden_layers):
-        h, m = f"{p}layers.{layer}.", f"decoder.layers.{layer}."
-        if q35 and config.layer_types[layer] == "linear_attention":
-            la, a = h + "linear_attn.", m + f"{ATTN}."
-            qk2v, v_dim, nv = _gdn_dims(config)
-            sizes = [qk2v, v_dim, nv, nv]
-            pieces = mc[a + "in_proj.weight"].split(sizes)
-            for x, w in zip(("qkv", "z", "b", "a"), pieces, strict=True):
-                out[la + f"in_proj_{x}.weight"] = w
-            out[la + "conv1d.weight"] = mc[a + "conv1d.weight"]
-            out[la + "dt_bias"] = mc[a + "dt_bias"]
-            out[la + "A_log"] = mc[a + "A_log"]
-            out[la + "norm.weight"] = mc[a + "out_norm.weight"]
-            out[la + "out_proj.weight"] = mc[a + "out_proj.weight"]
-        else:
-            per = 2 * (n // g) if q35 else n // g  # query (+ gate) rows per group, in heads
-            qkv = mc[m + f"{ATTN}.linear_qkv.weight"].reshape(g, per + 2, d, -1)
-            if q35:
-                q = qkv[:, : n // g].reshape(n, 1, d, -1)
-                gate = qkv[:, n // g : per].reshape(n, 1, d, -1)
-                out[h + "self_attn.q_proj.weight"] = torch.cat([q, gate], 1).reshape(2 * n * d, -1)
-            else:
-                out[h + "self_attn.q_proj.weight"] = qkv[:, :per].reshape(n * d, -1)
-            out[h + "self_attn.k_proj.weight"] = qkv[:, per].reshape(g * d, -1)
-            out[h + "self_attn.v_proj.weight"] = qkv[:, per + 1].reshape(g * d, -1)
-            out[h + "self_attn.o_proj.weight"] = mc[m + f"{ATTN}.linear_proj.weight"]
-            out[h + "self_attn.q_norm.weight"] = mc[m + f"{ATTN}.q_layernorm.weight"]
-            out[h + "self_attn.k_norm.weight"] = mc[m + f"{ATTN}.k_layernorm.weight"]
-        out[h + "input_layernorm.weight"] = mc[m + "input_layernorm.weight"]
-        out[h + "post_attention_layernorm.weight"] = mc[m + "pre_mlp_layernorm.weight"]
-        out[h + "mlp.gate.weight"] = mc[m + "mlp.router.weight"]
-        ex = m + "mlp.experts.local_experts."
-        out[h + "mlp.experts.gate_up_proj"] = torch.stack(
-            [mc[f"{ex}{e}.linear_fc1.weight"] for e in range(config.num_experts)]
-        )
-        out[h + "mlp.experts.down_proj"] = torch.stack(
-            [mc[f"{ex}{e}.linear_fc2.weight"] for e in range(config.num_experts)]
-        )
-        if q35:
-            se, ms = h + "mlp.shared_expert.", m + "mlp.shared_experts."
-            gate, up = mc[ms + "linear_fc1.weight"].chunk(2, 0)
-            out[se + "gate_proj.weight"], out[se + "up_proj.weight"] = gate, up
-            out[se + "down_proj.weight"] = mc[ms + "linear_fc2.weight"]
-            out[h + "mlp.shared_expert_gate.weight"] = mc[ms + "gate_weight"]
-    out[p + "norm.weight"] = mc["decoder.final_layernorm.weight"]
-    if kind == "actor":
-        out["lm_head.weight"] = mc["output_layer.weight"][:vocab]
+    q35 = _is_qwen35(config)
+    per = 2 * (n // g) if q35 else n // g  # query (+ gate) rows per group, in heads
+    qkv = w.reshape(g, per + 2, d, -1)
+    if q35:  # HF q_proj rows: per head (query d, gate d)
+        q = qkv[:, : n // g].reshape(n, 1, d, -1)
+        gate = qkv[:, n // g : per].reshape(n, 1, d, -1)
+        q = torch.cat([q, gate], 1).reshape(2 * n * d, -1)
     else:
-        out["value_head.weight"] = mc["output_layer.weight"]
-        out["value_head.bias"] = mc["output_layer.bias"]
-    return {k: v.contiguous() for k, v in out.items()}
+        q = qkv[:, :per].reshape(n * d, -1)
+    a = h + "self_attn."
+    k, v = qkv[:, per].reshape(g * d, -1), qkv[:, per + 1].reshape(g * d, -1)
+    return [(a + "q_proj.weight", q), (a + "k_proj.weight", k), (a + "v_proj.weight", v)]
+
+
+_CKPT_EXPERT = re.compile(r"^(.*\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$")
+
+
+def expert_slot(name: str, numel: int) -> tuple[str, int] | None:
+    """Where a checkpoint's per-expert tensor (`...experts.E.gate_proj.weight`, `numel`
+    elements) lives in the model's stacked form: (stacked name, element offset), or None for
+    any other name. gate_up_proj[E] = gate rows then up rows; down_proj[E] = down."""
+    m = _CKPT_EXPERT.match(name)
+    if m is None:
+        return None
+    e, which = int(m.group(2)), m.group(3)
+    if which == "down":
+        return m.group(1) + ".down_proj", e * numel
+    return m.group(1) + ".gate_up_proj", e * 2 * numel + (numel if which == "up" else 0)
+
+
+def stack_experts(hf: dict[str, torch.Tensor], experts: int) -> dict[str, torch.Tensor]:
+    """Checkpoint names (one entry per expert) -> the model's state-dict names (each layer's
+    experts stacked); every other tensor as it is."""
+    out: dict[str, torch.Tensor] = {}
+    groups: dict[str, dict[tuple[int, str], torch.Tensor]] = {}
+    for k, v in hf.items():
+        m = _CKPT_EXPERT.match(k)
+        if m is None:
+            out[k] = v
+        else:
+            groups.setdefault(m.group(1), {})[(int(m.group(2)), m.group(3))] = v
+    for base, g in groups.items():
+        out[base + ".gate_up_proj"] = torch.stack(
+            [torch.cat([g[(e, "gate")], g[(e, "up")]]) for e in range(experts)]
+        )
+        out[base + ".down_proj"] = torch.stack([g[(e, "down")] for e in range(experts)])
+    return out
 
 
 def _is_qwen35(config) -> bool:
@@ -371,25 +429,30 @@ def unshard(
             rules[glob] = rule
     out = {}
     for name, parts in pieces.items():
-        rule = rules[name]
-        ordered = [parts[k] for k in sorted(parts)]
-        if rule == "replicated":
-            out[name] = ordered[0]
-        elif rule == "rows":
-            out[name] = torch.cat(ordered, 0)
-        elif rule == "cols":
-            out[name] = torch.cat(ordered, 1)
-        elif rule.startswith("gdn_"):
-            split = [
-                p.split(_gdn_sections(rule, lambda n, i=i: pieces[n][i], name))
-                for i, p in zip(sorted(parts), ordered, strict=True)
-            ]
-            out[name] = torch.cat([torch.cat(sec, 0) for sec in zip(*split, strict=True)], 0)
-        else:  # glu
-            gates = [p.chunk(2, 0)[0] for p in ordered]
-            ups = [p.chunk(2, 0)[1] for p in ordered]
-            out[name] = torch.cat(gates + ups, 0)
+        rule, first = rules[name], min(parts)
+        secs = None
+        if rule.startswith("gdn_"):
+            secs = _gdn_sections(rule, lambda n, i=first: pieces[n][i], name)
+        out[name] = join([parts[k] for k in sorted(parts)], rule, secs)
     return out
+
+
+def join(parts: list[torch.Tensor], rule: str, sections: list[int] | None = None) -> torch.Tensor:
+    """The whole tensor from its TP (ETP) parts in rank order, laid out by `rule` (`_tp_rule`;
+    experts: glu / cols / replicated); gdn_* rules need each part's row `sections`."""
+    if rule == "replicated":
+        return parts[0]
+    if rule == "rows":
+        return torch.cat(parts, 0) if len(parts) > 1 else parts[0]
+    if rule == "cols":
+        return torch.cat(parts, 1) if len(parts) > 1 else parts[0]
+    if rule.startswith("gdn_"):
+        split = [p.split(sections) for p in parts]
+        return torch.cat([torch.cat(sec, 0) for sec in zip(*split, strict=True)], 0)
+    if rule == "glu":
+        halves = [p.chunk(2, 0) for p in parts]
+        return torch.cat([x[0] for x in halves] + [x[1] for x in halves], 0)
+    raise ValueError(f"unknown layout rule {rule!r}")
 
 
 # ---------------------------------------------------------------- models
