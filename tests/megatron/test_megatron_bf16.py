@@ -133,3 +133,35 @@ def test_bf16_offload_moves_the_main_weights_and_adam_state_in_place():
     assert "exp_avg" in st and st["exp_avg"].device.type == "cpu"
     tr.actor_update(batch, _loss_fn(batch))
     assert ("critic", "cpu") in tr.residency.moves
+
+
+def test_optimizer_offload_keeps_adam_state_on_the_host_between_steps_and_steps_the_same():
+    """train.optimizer_offload: the fp32 main shards and Adam moments go to the compute device
+    for each step and back to the host after it (spied: the order of the moves), and the
+    training is bit-identical to the state staying put. The compute device is the CPU here,
+    so the moves cost nothing; the memory they save is measured in tests/test_measure_memory.py."""
+    from t1.train.megatron.main_weights import MainWeightsAdam
+
+    plain, host = _bf16_trainer(), _bf16_trainer(optimizer_offload=True)
+    assert not plain.actor_opt.host_state and host.actor_opt.host_state
+    moves: list[str] = []
+    real = MainWeightsAdam._move_state
+
+    def spy(self, target):  # the host_state trainer's actor only (residency moves too)
+        if self is host.actor_opt:
+            moves.append(f"actor->{target.type}")
+        real(self, target)
+
+    MainWeightsAdam._move_state = spy
+    try:
+        batch = collate(make_rows(plain.hf_actor.float(), n=2))
+        for tr in (plain, host):
+            for _ in range(2):
+                tr.actor_update(batch, _loss_fn(batch))
+    finally:
+        MainWeightsAdam._move_state = real
+    assert moves == ["actor->cpu", "actor->cpu"] * 2  # to the compute device, back to the host
+    for x, y in zip(plain.actor_opt.main_params(), host.actor_opt.main_params(), strict=True):
+        assert torch.equal(x, y)
+    st = host.actor_opt.parts[0].optimizer.state[host.actor_opt.main_params()[0]]
+    assert st["exp_avg"].device.type == "cpu" and int(st["step"]) == 2

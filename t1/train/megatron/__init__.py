@@ -13,7 +13,11 @@ pipeline schedule), `residency` (actor / critic offload in turn), `vocab_logp` (
 vocab-parallel log-probs), `plan` (the memory plan checked before launch),
 `dataparallel` (rows per DP rank, gradient reduction, global grad norm), `checkpoint` (one file
 per rank in t1.store.ckpt's atomic protocol), `stage` (the PPO stage's directory under torchrun:
-per-rank checkpoints, rank 0 writes).
+per-rank checkpoints, rank 0 writes), `export` (the sharded HF export without a gather;
+`stage_tensors`, the weight stream each pipeline stage's leader feeds), `attention` (the core
+attention: local or Transformer Engine's), `main_weights` (bf16 with fp32 main weights; Adam
+state on the host between steps with train.optimizer_offload), `measure` (per-rank memory of
+the real models without a GPU).
 
 Families. `model.arch: qwen3_moe` (full attention, Qwen3-MoE) and `qwen3_5_moe` (Qwen3.5: 3 of
 every 4 layers Gated DeltaNet linear attention, gated full attention, a gated shared expert,

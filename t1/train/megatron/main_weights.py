@@ -30,6 +30,14 @@ parameter views stay valid); the fp32 main shards and Adam moments move like
 gradient buffers are released while the role waits (megatron-core frees their storage and
 re-allocates it zeroed: every update zeroes the gradients before its backward anyway).
 
+Host-resident optimizer state (`host_state`, train.optimizer_offload): between steps this
+role's fp32 main shards and Adam moments live on the host; `step()` brings them to the
+compute device, steps there (megatron-core's step unchanged: the same arithmetic) and sends
+them back. The forward/backward peak then holds no optimizer state, and the step's own peak
+(weights + gradients + optimizer, no activations) is the other candidate; `measure.py` sizes
+both. The cost is two host<->device copies of 12 bytes per parameter shard per step. The
+idle-role offload above composes with it: `move` leaves the state on the host.
+
 On a machine without CUDA megatron-core's optimizer allocates on device 'cuda' and checks CUDA
 type names; the CPU tests patch that (tests/megatron/optim_shim.py, tests only).
 """
@@ -86,13 +94,24 @@ class MainWeightsAdam:
         betas: tuple[float, float],
         weight_decay: float,
         max_grad_norm: float,
+        host_state: bool = False,
     ) -> None:
         from megatron.core.optimizer import get_megatron_optimizer
 
         self.ddp = ddp
+        self.host_state = host_state
         self.config = optimizer_config(lr, betas, weight_decay, max_grad_norm)
         self.opt = get_megatron_optimizer(self.config, [ddp])
         self.parts = list(getattr(self.opt, "chained_optimizers", [self.opt]))
+        if host_state:
+            self._move_state(torch.device("cpu"))
+
+    def compute_device(self) -> torch.device:
+        """Where the DDP's parameter buffers (the bf16 weights) live now."""
+        for buf in self.ddp.buffers + self.ddp.expert_parallel_buffers:
+            if buf.param_data is not None:
+                return buf.param_data.device
+        return torch.device("cpu")
 
     # ------------------------------------------------------------------ step
 
@@ -100,7 +119,13 @@ class MainWeightsAdam:
         self.opt.zero_grad()
 
     def step(self) -> float:
-        ok, norm, _ = self.opt.step()
+        if self.host_state:
+            self._move_state(self.compute_device())
+        try:
+            ok, norm, _ = self.opt.step()
+        finally:
+            if self.host_state:
+                self._move_state(torch.device("cpu"))
         if not ok:  # bf16 has no loss scaler: only a non-finite gradient gets here
             raise FloatingPointError("bf16 optimizer step skipped: non-finite gradient norm")
         return float(norm)
@@ -158,7 +183,13 @@ class MainWeightsAdam:
                 buf.offload_to_cpu(move_params=True, move_grads=True)
             else:
                 buf.reload_from_cpu(move_params=True, move_grads=True)
-        views = self._views()  # moved with the buffers above
+        if not self.host_state:  # host-resident state stays where it is
+            self._move_state(target)
+
+    def _move_state(self, target: torch.device) -> None:
+        """The fp32 main shards (those not viewing the DDP buffers) and the Adam moments to
+        `target`, in place (`p.data`, as MegatronOptimizer.offload_to_cpu does)."""
+        views = self._views()  # these move with the DDP buffers
         with torch.no_grad():
             for o in self.parts:
                 for group in o.optimizer.param_groups:

@@ -46,6 +46,7 @@ sequence. `mark_parallel_weights` sets the TP attributes megatron-core skips whe
 initialize weights, and the expert-gradient reduction for EP = 1 with ETP < TP.
 tests/megatron/test_qwen35_tp_sp.py: TP 2 + SP (ETP 1, ETP 2, EP 2) equals world size 1.
 
+Core attention: the local spec's, or Transformer Engine's with `attention="te"` (attention.py).
 Token dispatcher: `allgather` (runs under gloo on the CPU and needs no CUDA streams; the
 `alltoall` dispatcher builds a CUDA stream in its constructor), `alltoall` on GPUs.
 """
@@ -55,6 +56,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from t1.train.megatron.attention import core_attention
 
 ARCHS = ("qwen3_moe", "qwen3_5_moe")
 LAYER_TYPES = ("linear_attention", "full_attention")
@@ -254,7 +257,7 @@ class RMSNorm(nn.Module):
         return self.weight * y.to(x.dtype)
 
 
-def qwen35_block_spec(tc):
+def qwen35_block_spec(tc, attention: str = "local"):
     """The decoder's TransformerBlockSubmodules for Qwen3.5 from megatron-core's local modules:
     per layer a `GatedDeltaNet` (tc.linear_attention_freq[l] == 1) or the gated `SelfAttention`,
     then the MoE with its gated shared expert; this pipeline stage's layers only."""
@@ -287,6 +290,7 @@ def qwen35_block_spec(tc):
     full.submodules.pre_mlp_layernorm = ZeroCenteredRMSNorm
     full.submodules.self_attention.submodules.q_layernorm = ZeroCenteredRMSNorm
     full.submodules.self_attention.submodules.k_layernorm = ZeroCenteredRMSNorm
+    full.submodules.self_attention.submodules.core_attention = core_attention(attention)
     linear = copy.deepcopy(full)
     linear.submodules.self_attention = ModuleSpec(
         module=gdn.GatedDeltaNet,
@@ -302,7 +306,7 @@ def qwen35_block_spec(tc):
     return TransformerBlockSubmodules(layer_specs=local, layer_norm=ZeroCenteredRMSNorm)
 
 
-def qwen3_block_spec(tc):
+def qwen3_block_spec(tc, attention: str = "local"):
     """The decoder's TransformerBlockSubmodules for Qwen3-MoE: megatron-core's local layer
     spec (full attention, q/k norms, MoE) with `RMSNorm` for every norm (input, q/k,
     pre-MLP, final) in place of its torch norm, which refuses sequence parallelism (which MoE
@@ -323,6 +327,7 @@ def qwen3_block_spec(tc):
     layer.submodules.pre_mlp_layernorm = RMSNorm
     layer.submodules.self_attention.submodules.q_layernorm = RMSNorm
     layer.submodules.self_attention.submodules.k_layernorm = RMSNorm
+    layer.submodules.self_attention.submodules.core_attention = core_attention(attention)
     return TransformerBlockSubmodules(
         layer_specs=[layer] * get_num_layers_to_build(tc), layer_norm=RMSNorm
     )
@@ -333,14 +338,14 @@ def padded_vocab(vocab: int, tp: int) -> int:
     return -(-vocab // tp) * tp
 
 
-def _gpt(tc, hf_config):
+def _gpt(tc, hf_config, attention: str = "local"):
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt import GPTModel
 
     if tc.experimental_attention_variant == "gated_delta_net":
-        spec = qwen35_block_spec(tc)
+        spec = qwen35_block_spec(tc, attention)
     else:
-        spec = qwen3_block_spec(tc)
+        spec = qwen3_block_spec(tc, attention)
     vocab, max_position = hf_config.vocab_size, hf_config.max_position_embeddings
     model = GPTModel(
         config=tc,
@@ -400,9 +405,10 @@ def mark_parallel_weights(model: nn.Module) -> None:
                 prm.allreduce = False
 
 
-def build_actor(tc, hf_config) -> nn.Module:
-    """The policy GPTModel (weights uninitialized: load them with convert.load_into)."""
-    m = _gpt(tc, hf_config)
+def build_actor(tc, hf_config, attention: str = "local") -> nn.Module:
+    """The policy GPTModel (weights uninitialized: load them with convert.load_into);
+    `attention`: the resolved train.attention (attention.py)."""
+    m = _gpt(tc, hf_config, attention)
     m.t1_vocab = hf_config.vocab_size
     return m
 
@@ -433,14 +439,14 @@ class ValueHead(nn.Module):
         return F.linear(x, self.weight, self.bias), None
 
 
-def build_critic(tc, hf_config) -> nn.Module:
+def build_critic(tc, hf_config, attention: str = "local") -> nn.Module:
     """The critic: the actor's GPTModel with `ValueHead` as output layer (values [B, T, 1])."""
     import dataclasses
 
     from megatron.core import parallel_state as ps
 
     tc = dataclasses.replace(tc, moe_enable_routing_replay=False)  # the critic routes live
-    m = _gpt(tc, hf_config)
+    m = _gpt(tc, hf_config, attention)
     if ps.is_pipeline_last_stage():
         sp = tc.sequence_parallel and ps.get_tensor_model_parallel_world_size() > 1
         m.output_layer = ValueHead(tc.hidden_size, tc.params_dtype, gather_sequence=sp)

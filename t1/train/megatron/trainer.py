@@ -5,9 +5,10 @@
     metrics = t1.train.step.ppo_step(trainer, batch, cfg.ppo)   # the same PPO step as hf
 
 It takes the HF actor and critic (t1.model.policy), converts their weights into megatron-core
-GPTModels (convert.py) and keeps the HF modules as export shells: `save_weights` converts back
-and writes the same policy / critic directories as the hf backend (what the engine, SGLang
-included, loads after each step). The math is the hf backend's: the same token alignment
+GPTModels (convert.py) and keeps the HF modules as export shells (config, names, shapes):
+`save_weights` writes the hf backend's policy / critic directories (what the engine, SGLang
+included, loads after each step), each pipeline stage's leader its own tensors, no gather
+(export.py). The math is the hf backend's: the same token alignment
 (t1.train.hf.token_logp / token_entropy / shift_values), the same loss functions from
 t1.train.step, AdamW with the same groups, betas, decay and clipping, so one PPO step's loss and
 gradients agree with hf to fp32 rounding (tests/megatron/test_megatron_trainer.py).
@@ -96,6 +97,8 @@ class MegatronTrainer:
         device: str | torch.device | None = None,
         recompute: bool = False,
         logp_chunk: int = VL.DEFAULT_CHUNK,
+        optimizer_offload: bool = False,
+        attention: str = "local",
     ) -> None:
         self.par = setup(parallel or Parallel())
         self.max_grad_norm = max_grad_norm
@@ -110,6 +113,9 @@ class MegatronTrainer:
         if dtype not in (torch.float32, torch.bfloat16):
             raise ValueError(f"train.backend megatron trains float32 or bfloat16, got {dtype}")
         self.mixed = dtype == torch.bfloat16  # fp32 main weights in megatron-core's optimizer
+        if optimizer_offload and not self.mixed:
+            raise ValueError("train.optimizer_offload needs bfloat16 (megatron-core's optimizer)")
+        self.host_state, self.attention = optimizer_offload, attention  # main_weights, attention
         tc = M.transformer_config(
             self.hf_config,
             replay=replay,
@@ -137,6 +143,7 @@ class MegatronTrainer:
         self.calls: list[str] | None = None
         self.routing_check: dict[str, int] | None = None  # of the last actor_forward
         self.residency = Residency(self.device, offload)
+        self.last_export = None  # export.ExportStats of the last role save_weights wrote
 
     # ------------------------------------------------------------------ weights
 
@@ -156,10 +163,12 @@ class MegatronTrainer:
             betas=betas,
             weight_decay=weight_decay,
             max_grad_norm=self.max_grad_norm,
+            host_state=self.host_state,
         )
 
     def _build(self, kind: str, tc, hf: torch.nn.Module) -> torch.nn.Module:
-        model = (M.build_actor if kind == "actor" else M.build_critic)(tc, self.hf_config)
+        build = M.build_actor if kind == "actor" else M.build_critic
+        model = build(tc, self.hf_config, self.attention)
         self._load(kind, model, hf.state_dict())
         return model.to(self.device)
 
@@ -178,19 +187,13 @@ class MegatronTrainer:
         C.load_local(model, local)
 
     def hf_state(self, kind: str) -> dict[str, torch.Tensor]:
-        """The role's weights in HF names; above world size 1 every rank's shard is gathered
-        (a collective: every rank calls it)."""
-        import torch.distributed as dist
-
+        """The role's weights in HF names. Above world size 1 a collective (every rank calls
+        it): the stage leaders stream it to rank 0 one tensor at a time (_collect_hf);
+        rank 0 gets the whole role, every other rank {}."""
         model = self.actor if kind == "actor" else self.critic
-        local = C.local_state(model)
         if self.world > 1:
-            r = ranks()
-            me = C.Ranks(r["tp"], r["pp"], r["ep"], r["etp"])
-            parts = [None] * self.world
-            dist.all_gather_object(parts, (me, local))
-            c = self.hf_config
-            local = C.unshard(dict(parts), self.sizes(), c.num_hidden_layers, c.num_experts, kind)
+            return _collect_hf(self, kind)
+        local = C.local_state(model)
         return {k: v.clone() for k, v in C.mcore_to_hf(local, self.hf_config, kind).items()}
 
     def sizes(self) -> C.Sizes:
@@ -437,21 +440,15 @@ class MegatronTrainer:
         self.counters = dict(state["counters"])
 
     def save_weights(self, out_dir: str | Path, actor: bool = True, critic: bool = True) -> None:
-        """DIR/actor and DIR/critic in HF format (the hf backend's directories), each atomic."""
-        import torch.distributed as dist
-
-        from t1.model.policy import save_policy
+        """DIR/actor and DIR/critic as the hf backend writes them, each atomic; a collective:
+        each pipeline stage's leader writes its own tensors, nothing is gathered (export.py;
+        the critic, which the engine never serves, in Critic's one-file format)."""
+        from t1.train.megatron.export import export_hf
 
         out_dir = Path(out_dir)
-        write = dist.get_rank() == 0  # every rank gathers (collective); rank 0 writes
-        if actor and self.actor is not None:
-            self.hf_actor.load_state_dict(self.hf_state("actor"))
-            if write:
-                save_policy(self.hf_actor, out_dir / "actor")
-        if critic and self.critic is not None:
-            self.hf_critic.load_state_dict(self.hf_state("critic"))
-            if write:
-                self.hf_critic.save_pretrained(out_dir / "critic")
+        for kind, wanted in (("actor", actor), ("critic", critic)):
+            if wanted and getattr(self, kind) is not None:
+                self.last_export = export_hf(self, kind, out_dir / kind)
 
 
 def _ddp(model: torch.nn.Module, distributed_optimizer: bool = False):
@@ -464,6 +461,38 @@ def _ddp(model: torch.nn.Module, distributed_optimizer: bool = False):
 
     cfg = ddp_config(distributed_optimizer)
     return DistributedDataParallel(config=model.config, ddp_config=cfg, module=model)
+
+
+def _collect_hf(trainer: MegatronTrainer, kind: str) -> dict[str, torch.Tensor]:
+    """The role's HF state dict on rank 0, {} elsewhere (every rank calls it): the stage
+    leaders stream export.stage_tensors to rank 0 one tensor at a time; no other rank holds
+    more than its shard and one tensor."""
+    import torch.distributed as dist
+
+    from t1.train.megatron.export import comm_device, coordinates, stage_tensors
+
+    rank, coords = dist.get_rank(), coordinates()  # before any send: rank 0 waits in none
+    leaders = sorted({min(r for r, c in enumerate(coords) if c[1] == s) for _, s, _, _ in coords})
+    got: dict[str, torch.Tensor] = {}
+    for name, t in stage_tensors(trainer, kind):
+        if t is not None and rank == 0:
+            got[name] = t.detach().cpu().clone()
+        elif t is not None:
+            dist.send_object_list([(name, tuple(t.shape), t.dtype)], dst=0)
+            dist.send(t.contiguous(), dst=0)
+    if rank in leaders[1:]:
+        dist.send_object_list([None], dst=0)
+    for src in leaders[1:] if rank == 0 else []:
+        while True:
+            box = [None]
+            dist.recv_object_list(box, src=src)
+            if box[0] is None:
+                break
+            buf = torch.empty(box[0][1], dtype=box[0][2], device=comm_device())
+            dist.recv(buf, src=src)
+            got[box[0][0]] = buf.cpu()
+    dist.barrier()
+    return C.stack_experts(got, trainer.hf_config.num_experts) if rank == 0 else {}
 
 
 _whole_sequence = R.whole_sequence  # the routing check's TP gather (replay.py)
