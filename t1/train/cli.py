@@ -47,6 +47,10 @@ at the next optimizer-step boundary and exit 75; a ppo step (short) is finished 
 Above world size 1 (`torchrun --nproc-per-node N -m t1.cli train --stage ppo ...`, train.backend
 megatron): every rank loads the same rows and trains its share; rank 0 holds the lock and writes
 metrics.jsonl, DONE.json, actor/ and critic/; checkpoints are per rank (t1/train/megatron/stage.py).
+sft and critic_warmup run the same way (t1/train/stage.py); with train.backend megatron and
+train.gpus > 1, `t1 train --stage sft|critic_warmup` started outside torchrun launches itself inside a
+Slurm allocation (srun + torchrun over its nodes) and is refused elsewhere (exit 2) with the torchrun
+line to run (t1/train/launch.py).
 Exit codes: 0 done (or --max-steps reached), 2 bad arguments/config, 3 input records missing,
 malformed or without a trainable trajectory, 4 another writer holds DIR, 5 checkpoints exist but
 none is usable (see --restart-stage), 75 stopped by a signal (rerun to resume).
@@ -108,19 +112,37 @@ def main(args: argparse.Namespace) -> int:
     if args.stage == "ppo" and args.critic and not Path(args.critic, "critic").is_dir():
         print(f"t1 train: --critic {args.critic}: no critic/ directory (a critic_warmup output?)")
         return 2
+    from t1.train.launch import LaunchError, launch_command
+
+    try:  # megatron above one GPU: under torchrun (srun + torchrun inside Slurm), t1/train/launch.py
+        launch = launch_command(cfg, args)
+    except LaunchError as e:
+        print(f"t1 train: {e}")
+        return 2
+    if launch is not None:
+        import shlex
+        import sys
+
+        print(f"t1 train: launching {shlex.join(launch)}", flush=True)
+        sys.stderr.flush()
+        os.execvp(launch[0], launch)  # the ranks take the lock below (rank 0)
     from t1.store.lock import LockHeld, hold_output
     from t1.train.state import UnusableCheckpoints, check_fresh_start
 
+    lead = int(os.environ.get("RANK", "0")) == 0
     try:  # one writer per output directory, inherited by anything this process starts
-        if int(os.environ.get("RANK", "0")) == 0:  # torchrun: rank 0 holds it for all ranks
+        if lead:  # torchrun: rank 0 holds it for all ranks
             hold_output(args.out, f"t1 train --stage {args.stage}")
     except LockHeld as e:
         print(f"t1 train: {e}")
         return 4
     if args.stage != "ppo":  # ppo falls back along its chain of steps (t1/train/ppo.py)
         restart = getattr(args, "restart_stage", False)  # callers building args by hand
+        if restart and not lead:  # rank 0 alone moves the checkpoints aside
+            restart = None
         try:
-            check_fresh_start(args.out, args.stage, restart=restart)
+            if restart is not None:
+                check_fresh_start(args.out, args.stage, restart=restart)
         except UnusableCheckpoints as e:
             print(f"t1 train: {e}")
             return 5

@@ -11,6 +11,12 @@ minibatch's values before that step (`critic_warmup_step` events). Writes DIR/cr
 critic weights only), DIR/ckpt/ (t1.store.ckpt checkpoints), DIR/DONE.json; resumable (the skeleton:
 t1/train/stage.py).
 
+Either `train.backend` (the trainer from t1.train.megatron.plan.build, after the memory check:
+the critic alone). With megatron and train.gpus > 1 it runs under torchrun like the PPO stage
+(per-rank checkpoints, rank 0 writes; t1/train/stage.py); `t1 train` started outside torchrun
+launches itself (inside a Slurm allocation: srun + torchrun over the allocation's nodes) or says
+how to launch it (t1/train/launch.py).
+
 The dense campaign then loads only these weights (`t1 train --stage ppo --critic DIR`) and
 re-calibrates: its first `critic_warmup.recalibration_rollouts` (2) PPO steps update the
 critic alone on the dense-reward rollouts (`recalibrate`), then policy steps begin. With
@@ -30,8 +36,8 @@ from t1.ppo.advantages import gae, token_rewards
 from t1.ppo.losses import value_loss
 from t1.ppo.metrics import explained_variance
 from t1.train.batch import Batch
+from t1.train.megatron.plan import build as build_trainer  # train.backend: hf | megatron
 from t1.train.stage import run_stage
-from t1.train.state import build_trainer
 from t1.train.step import ppo_step
 
 

@@ -47,7 +47,14 @@ from t1.train.batch import collate
 from t1.train.critic_warmup import recalibrate
 from t1.train.data import DataError, load_rows
 from t1.train.megatron.plan import build as build_trainer  # train.backend: hf | megatron
-from t1.train.megatron.stage import LayoutChanged, lead, metrics_log, open_stage_dir, world_size
+from t1.train.megatron.stage import (
+    LayoutChanged,
+    agreed_stop,
+    lead,
+    metrics_log,
+    open_stage_dir,
+    world_size,
+)
 from t1.train.state import load_tokenizer_for
 from t1.train.step import ppo_step
 
@@ -209,7 +216,7 @@ def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
     except DataError as e:
         print(f"t1 train ppo: {e}")
         return 3
-    if stop is not None and stop.requested:
+    if agreed_stop(stop).requested:  # every rank stops at the same point (collectives)
         return EXIT_REQUEUE
     step = progress["step"]
     with metrics_log(out.path) as log:  # rank 0's only above world size 1

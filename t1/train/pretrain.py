@@ -9,6 +9,8 @@ loss is SFT's (t1.train.sft.nll: token-level NLL over the assistant's tokens), A
 `pretrain.batch` rows. No --in: the corpus is made
 here, from the config's seed, so a rerun makes the same rows. Writes DIR/actor (SFT starts
 from it), DIR/ckpt/, DIR/metrics.jsonl (`pretrain_step` events), DIR/DONE.json; resumable.
+One process, the hf trainer whatever `train.backend` (its warm-up sets the torch optimizer's
+learning rate): under torchrun (WORLD_SIZE > 1) it is refused (exit 2).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import dataclasses
 from t1.config import Config
 from t1.model.policy import load_policy, torch_dtype
 from t1.train.corpus import corpus_rows
+from t1.train.megatron.stage import world_size
 from t1.train.sft import nll
 from t1.train.stage import run_stage
 from t1.train.state import build_trainer
@@ -26,6 +29,9 @@ from t1.train.state import build_trainer
 
 def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
     p = cfg.pretrain
+    if world_size() > 1:
+        print(f"t1 train pretrain: runs in one process (hf trainer); world size {world_size()}")
+        return 2
     if p.examples <= 0:
         print("t1 train pretrain: pretrain.examples is 0; nothing to train")
         return 2

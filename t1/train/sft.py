@@ -10,6 +10,12 @@ template glue. No routing replay (the expert's tokens were not sampled by our mo
 AdamW as in PPO with `sft.lr`; `sft.epochs` passes of `sft.batch` rows, shuffled per epoch.
 Writes DIR/actor (the supervised checkpoint every campaign starts from), DIR/ckpt/ (t1.store.ckpt),
 DIR/metrics.jsonl (`sft_step` events), DIR/DONE.json; resumable (the skeleton: t1/train/stage.py).
+
+Either `train.backend` (the trainer from t1.train.megatron.plan.build, after the memory check:
+the actor alone). With megatron and train.gpus > 1 it runs under torchrun like the PPO stage
+(per-rank checkpoints, rank 0 writes; t1/train/stage.py); `t1 train` started outside torchrun
+launches itself (inside a Slurm allocation: srun + torchrun over the allocation's nodes) or says
+how to launch it (t1/train/launch.py).
 """
 
 from __future__ import annotations
@@ -20,8 +26,8 @@ import dataclasses
 from t1.config import Config
 from t1.model.policy import load_policy, torch_dtype
 from t1.ppo.losses import masked_mean
+from t1.train.megatron.plan import build as build_trainer  # train.backend: hf | megatron
 from t1.train.stage import run_stage
-from t1.train.state import build_trainer
 
 
 def nll(logp, batch):

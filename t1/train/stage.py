@@ -15,6 +15,18 @@ step into DIR/metrics.jsonl and checkpointing every `save_every` steps and on a 
 (exit 75 = EXIT_REQUEUE, rerun to resume) or at --max-steps (exit 0, not DONE); at the end the
 weights are saved, then a complete checkpoint, a `<stage>_done` event and DIR/DONE.json.
 Checkpoints kept per stage: `campaign.keep_checkpoints` (the one retention knob).
+
+Either backend (`train.backend`; the trainer comes from `build`, which SFT and critic warm-up
+take from t1.train.megatron.plan.build after the memory check). With train.backend megatron
+it runs at any world size under torchrun exactly like the PPO stage: every rank loads the same
+rows and runs the same loop (the same shuffling generator, so the same minibatches; the trainer
+keeps its data-parallel share of each minibatch's rows, MegatronTrainer), checkpoints are per
+rank above world size 1 (t1.train.megatron.stage.open_stage_dir: ShardedStageDir), a checkpoint
+of another layout is refused (exit 5, LayoutChanged naming it: no resharding), a stop request
+holds on every rank at the same step boundary (agreed_stop: the checkpoint is a collective),
+every rank takes part in save_weights and the checkpoints, and rank 0 alone writes
+metrics.jsonl, the progress lines and DONE.json. World size > 1 with train.backend hf is
+refused (exit 2). How `t1 train` gets under torchrun: t1/train/launch.py.
 """
 
 from __future__ import annotations
@@ -25,13 +37,30 @@ from typing import Any
 
 from t1.config import Config
 from t1.progress import Progress
-from t1.store.metrics_log import MetricsLog
 from t1.supervise.child import EXIT_REQUEUE
 from t1.train.data import DataError, load_rows
-from t1.train.hf import HFTrainer
-from t1.train.state import StageDir, load_tokenizer_for, run_epochs
+from t1.train.megatron.stage import (
+    LayoutChanged,
+    agreed_stop,
+    lead,
+    metrics_log,
+    open_stage_dir,
+    world_size,
+)
+from t1.train.state import load_tokenizer_for, run_epochs
 
 EXIT_NO_DATA = 3
+EXIT_LAYOUT = 5
+
+
+class _NoBar:
+    """The progress bar of a rank that does not write (above world size 1, rank > 0)."""
+
+    def advance(self, note: str = "") -> None:
+        return None
+
+    def close(self) -> None:
+        return None
 
 
 def run_stage(
@@ -41,8 +70,8 @@ def run_stage(
     *,
     stage: str,
     data: dict[str, Any],
-    build: Callable[[], HFTrainer],
-    update: Callable[[HFTrainer, Any], dict[str, float]],
+    build: Callable[[], Any],
+    update: Callable[[Any, Any], dict[str, float]],
     epochs: int,
     batch: int,
     save_every: int,
@@ -54,13 +83,19 @@ def run_stage(
     data: keyword arguments of `t1.train.data.load_rows` (reward kind, require_reward).
     build: makes the trainer (loads the starting weights); called only when there is work.
     update: (trainer, minibatch) -> metrics, one optimizer step.
-    weights: `HFTrainer.save_weights` flags (which of actor/critic the stage produces).
+    weights: `save_weights` flags (which of actor/critic the stage produces).
     rows_of: tokenizer -> (rows, stats) instead of the trajectories under --in (pre-training
     builds its rows from the generated corpus, t1.train.corpus)."""
-    out = StageDir(args.out, stage, keep=cfg.campaign.keep_checkpoints)
+    out = open_stage_dir(args.out, stage, keep=cfg.campaign.keep_checkpoints)
     if out.done():
         print(f"t1 train {stage}: {out.done_file} exists; nothing to do")
         return 0
+    if world_size() > 1 and cfg.train.backend != "megatron":
+        print(
+            f"t1 train {stage}: world size {world_size()} (torchrun) needs train.backend "
+            f"megatron, got {cfg.train.backend!r} (the hf trainer is one process)"
+        )
+        return 2
     inputs = list(args.inputs or [])
     try:
         tokenizer = load_tokenizer_for(args.tokenizer, inputs)
@@ -72,35 +107,41 @@ def run_stage(
         where = f"trajectory under {', '.join(inputs)}" if inputs else "row from the corpus"
         print(f"t1 train {stage}: no trainable {where} ({stats})")
         return EXIT_NO_DATA
-    trainer = build()
-    saved = out.load()
     progress: dict[str, Any] = {}
+    try:
+        saved = out.load()  # a world-size-1 checkpoint above it (or back): LayoutChanged
+        trainer = build()
+        if saved is not None:
+            trainer.load_state_dict(saved["trainer"])  # another torchrun layout: LayoutChanged
+    except LayoutChanged as e:
+        print(f"t1 train {stage}: {e}")
+        return EXIT_LAYOUT
     if saved is not None:
-        trainer.load_state_dict(saved["trainer"])
         progress = saved["progress"]
         print(f"t1 train {stage}: at step {progress.get('step')} (epoch {progress.get('epoch')})")
     # t1.progress: optimizer steps with an ETA (a live line, or log lines in a Slurm log)
     total = epochs * -(-len(rows) // max(1, batch))
-    bar = Progress(total, f"train {stage}", start=progress.get("step", 0))
+    start = progress.get("step", 0)
+    bar = Progress(total, f"train {stage}", start=start) if lead() else _NoBar()
 
     def on_step(step: int, m: dict[str, float]) -> None:
         log.write(f"{stage}_step", step, **m)
         bar.advance(note=f"step {step}")
 
     try:
-        with MetricsLog(out.path) as log:
+        with metrics_log(out.path) as log:  # rank 0's only above world size 1
             status = run_epochs(
                 trainer, rows, epochs, batch, lambda mb: update(trainer, mb), progress, out,
-                save_every, on_step, stop, args.max_steps,
+                save_every, on_step, agreed_stop(stop), args.max_steps,
             )  # fmt: skip
             if status == "stopped":
                 return EXIT_REQUEUE
             if status == "max_steps":
                 return 0
-            trainer.save_weights(out.path, **weights)
+            trainer.save_weights(out.path, **weights)  # a collective above world size 1
             out.save(trainer, progress, complete=True)
             log.write(f"{stage}_done", progress["step"], **stats)
-        out.finish({"steps": progress["step"], "data": stats})
+        out.finish({"steps": progress["step"], "data": stats})  # rank 0's (ShardedStageDir)
     finally:
         bar.close()
         out.close()  # wait for background retention before the process exits

@@ -11,7 +11,9 @@ JSON; meta {"schema_version", "stage", "status": "partial" | "complete"}). The n
 newest complete, verified one wins and a partial or corrupt newer one is reported
 (OUT/incidents.jsonl, logger "t1.store.ckpt") and skipped, so a kill -9 anywhere, mid-write
 included, costs at most the steps since the previous checkpoint.
-A legacy OUT/trainer.pt (older runs) is still read when OUT/ckpt holds nothing usable.
+A legacy OUT/trainer.pt (older runs) is still read when OUT/ckpt holds nothing usable. A per-rank
+checkpoint (train.backend megatron above world size 1, t1/train/megatron/stage.py) is refused
+at world size 1 with `LayoutChanged` naming it: there is no resharding.
 `DONE.json` ({"schema_version", "status": "complete", "stage", ...}) is written last, after
 the weights.
 
@@ -69,6 +71,15 @@ class StageDir:
         ckpt = latest_complete(self.ckpt_root, incidents=self.incidents)
         if ckpt is not None:
             where = ckpt.path
+            if "trainer" not in ckpt.parts and "layout" in ckpt.meta:
+                from t1.train.megatron.checkpoint import LayoutChanged
+
+                raise LayoutChanged(
+                    f"{where}: a per-rank checkpoint of layout {ckpt.meta['layout']} (train.backend "
+                    "megatron under torchrun); this run has world size 1 and there is no "
+                    "resharding: resume with the same torchrun layout, or start a new stage from "
+                    f"the HF weights ({self.path}/actor, critic)"
+                )
             try:
                 payload = _payload_of(ckpt)
             except Exception as e:  # noqa: BLE001 - name the checkpoint whatever went wrong

@@ -24,6 +24,11 @@ rule expert_rollout:
         "t1 rollout --config {input.cfg} --expert --tokenizer {input.tok} --tasks {params.pool} --out {params.out} &> {log}"
 
 
+# train.backend megatron with train.gpus > 1: this one `t1 train` line, run inside the job's
+# Slurm allocation, launches itself as `srun ... torchrun ... -m t1.cli train ...` over the
+# allocation's nodes (campaign.nodes x campaign.gpus; t1/train/launch.py), the way the PPO
+# segment launches its trainer; outside Slurm (the local profile) it exits 2 naming the torchrun
+# line. srun must be reachable where the rule runs, as for the PPO segment (t1/run/plan.py).
 rule sft:
     input:
         cfg=pinned,

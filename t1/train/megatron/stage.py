@@ -1,11 +1,12 @@
 """A training stage's directory above world size 1 (torchrun): per-rank checkpoints, rank 0 writes.
 
-    torchrun --nproc-per-node 2 -m t1.cli train --config F --stage ppo --in R --from P --out DIR
-    from t1.train.megatron.stage import open_stage_dir, lead, metrics_log
+    torchrun --nproc-per-node 2 -m t1.cli train --config F --stage ppo|sft|critic_warmup ...
+    from t1.train.megatron.stage import open_stage_dir, lead, metrics_log, agreed_stop
 
 `open_stage_dir` gives t1.train.state.StageDir at world size 1 (unchanged) and
 `ShardedStageDir` when torchrun's WORLD_SIZE > 1 (train.backend megatron only). ShardedStageDir
-keeps StageDir's interface for the PPO stage (t1/train/ppo.py): `save` writes DIR/ckpt/step_N in
+keeps StageDir's interface for the PPO stage (t1/train/ppo.py) and the SFT / critic warm-up runner
+(t1/train/stage.py): `save` writes DIR/ckpt/step_N in
 checkpoint.py's per-rank format inside t1.store.ckpt's atomic protocol (every rank writes its file, rank
 0 seals; the stage meta and the progress record are in the manifest's meta), then rank 0 prunes
 to the newest `keep`; `load` returns a payload whose "trainer" is the checkpoint itself
@@ -13,6 +14,11 @@ to the newest `keep`; `load` returns a payload whose "trainer" is the checkpoint
 0's. A checkpoint of another layout (a world-size-1 one, or other world / TP / PP / EP / ETP
 sizes) is refused with `LayoutChanged` naming the checkpoint and both layouts: there is no
 resharding (checkpoint.py); start from the HF weights (DIR/actor, DIR/critic) instead.
+
+`agreed_stop(stop)`: a stop request (SIGUSR2 / SIGTERM, t1.supervise.child.StopRequest) that
+every rank reads at the same step boundary and that holds on all of them when it holds on any
+(one all-reduce MAX of a flag over the world): the checkpoint it triggers is a collective, so
+one rank stopping alone would hang the others. At world size 1 it is the request itself.
 
 Every rank picks the newest complete checkpoint on its own (before the process group exists);
 they agree because they read the same shared directory and nothing writes it meanwhile (one
@@ -32,7 +38,14 @@ from t1.store.incidents import IncidentLog
 from t1.train.megatron.checkpoint import LayoutChanged
 from t1.train.state import SCHEMA_VERSION, StageDir
 
-__all__ = ["LayoutChanged", "ShardedStageDir", "lead", "metrics_log", "open_stage_dir"]
+__all__ = [
+    "LayoutChanged",
+    "ShardedStageDir",
+    "agreed_stop",
+    "lead",
+    "metrics_log",
+    "open_stage_dir",
+]
 
 
 def world_size() -> int:
@@ -61,6 +74,35 @@ def metrics_log(directory: str | Path):
     from t1.store.metrics_log import MetricsLog
 
     return MetricsLog(directory) if lead() else contextlib.nullcontext(_NoLog())
+
+
+class AgreedStop:
+    """`stop.requested` agreed over the world (see the module docstring); read it at the same
+    points on every rank (it is a collective above world size 1)."""
+
+    def __init__(self, stop: Any) -> None:
+        self.stop = stop
+
+    @property
+    def requested(self) -> bool:
+        mine = bool(self.stop is not None and self.stop.requested)
+        if world_size() == 1:
+            return mine
+        import torch
+        import torch.distributed as dist
+
+        dev = (
+            torch.device("cuda", torch.cuda.current_device())
+            if dist.get_backend() == "nccl"
+            else None
+        )
+        flag = torch.tensor([int(mine)], dtype=torch.int64, device=dev)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+
+def agreed_stop(stop: Any) -> AgreedStop:
+    return AgreedStop(stop)
 
 
 class ShardedStageDir(StageDir):
