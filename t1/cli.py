@@ -62,7 +62,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "t1.eval.ablations",
         "the paper's ablations beside ours: one table from the measured files",
     ),
-    "bench": ("t1.bench", "benchmarks: sandbox | rollout | train | ckpt"),
+    "bench": (
+        "t1.bench",
+        "benchmarks: sandbox | rollout | engine | train | ckpt | gap | critic | gpu | verifier | weights",
+    ),
 }
 
 

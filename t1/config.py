@@ -165,6 +165,15 @@ class FleetConfig:
     server: str = "sglang"  # sglang | t1: what a replica step runs (t1 = `t1 serve`, CPU stand-in)
     colocate: bool = False  # replicas share the trainer's nodes (srun --overlap; port + index)
     start_timeout_s: float = 900.0  # t1 segment waits this long for its replica steps' /health
+    weight_update: str = "disk"  # disk | distributed: the trainer broadcasts (engine.weight_update)
+    weight_bucket_mb: int = 512  # distributed: at most this much per broadcast bucket
+
+    def __post_init__(self) -> None:
+        if self.weight_update not in ("disk", "distributed") or self.weight_bucket_mb < 1:
+            raise ValueError(
+                f"weight_update must be disk | distributed (got {self.weight_update!r}) and "
+                f"weight_bucket_mb >= 1 (got {self.weight_bucket_mb})"
+            )
 
 
 @dataclass(frozen=True)
@@ -235,19 +244,25 @@ class PPOConfig:
 class TrainConfig:
     """The PPO trainer backend (t1.train.megatron.plan): hf (one process) or megatron."""
 
-    backend: str = "hf"  # hf | megatron: the PPO stage's trainer (SFT, critic warm-up: hf)
+    backend: str = "hf"  # hf | megatron: trains sft, critic_warmup, ppo (pretrain: hf)
     gpu_budget_gib: float = 95.0  # per process/GPU for EACH role; checked before launch
     gpus: int = 1  # megatron: GPUs of the training job (DP = gpus / (TP * PP))
     tensor_parallel: int = 1  # megatron: TP
-    pipeline_parallel: int = 1  # megatron: PP (weights shard by stage; training needs 1)
+    pipeline_parallel: int = 1  # megatron: PP (megatron-core's pipeline schedule)
     expert_parallel: int = 1  # megatron: EP
     expert_tensor_parallel: int = 1  # megatron: ETP
     router_fusion: bool = False  # megatron: fused top-k (TE); refused with ppo.replay
     offload: bool = False  # megatron: move the role not in use (weights + Adam) to the CPU
+    optimizer_offload: bool = False  # megatron bf16: Adam state on the host between steps
+    attention: str = "auto"  # megatron: core attention: auto | local | te (attention.py)
     recompute: bool = False  # megatron: full activation recompute; R³ replayed in the recompute
     logp_chunk: int = 4096  # megatron: tokens per output-layer chunk of the vocab-parallel log-prob
     micro_batch: int = 0  # rows per forward/backward micro-batch (0 = ppo.minibatch): what the
     # trainer runs at once and the memory plan sizes (the megatron pipeline schedule's micro-batch)
+
+    def __post_init__(self) -> None:
+        if self.attention not in ("auto", "local", "te"):
+            raise ValueError(f"attention must be auto | local | te, got {self.attention!r}")
 
 
 @dataclass(frozen=True)

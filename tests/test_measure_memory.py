@@ -172,7 +172,14 @@ def test_preset_measure(tmp_path):
     plan = res["planned_gib"]["breakdown"]
     for role in ("actor", "critic"):
         stage0 = res["roles"][role]["stages"][0]["bytes"]
-        for item in ("weights", "grads", "optimizer"):
+        for item in ("weights", "grads"):
             assert stage0[item] == pytest.approx(plan[role][item], rel=0.01)
+        # train.optimizer_offload: the state waits on the host; the step (weights, gradients,
+        # optimizer state, reserve; no activations) is the planner's figure for the role
+        assert cfg.train.optimizer_offload
+        step = res["roles"][role]["phases_gib"]["optimizer_step"]
+        assert step == pytest.approx(plan[role]["total"], rel=0.01)
+        fwd_bwd = res["roles"][role]["phases_gib"]["forward_backward"]
+        assert res["roles"][role]["peak_gib"] == pytest.approx(max(step, fwd_bwd), abs=1e-3)
     peak = res["coresident"]["peak_gib"]
     assert res["fits"] == (peak <= cfg.train.gpu_budget_gib)

@@ -22,15 +22,18 @@ RUN = "results/qwen3.5-122b-a10b"
 
 def _args(config: str = PRESET, iter_: int = 0, **kw) -> argparse.Namespace:
     base = dict(config=config, iter=iter_, run_dir=None, pool=None, tokenizer=None, critic=None)
+    base.update(no_measure=True)  # the measured check: test_dry_run_measures_the_preset
     base.update(source=f"{RUN}/sft/model", out=f"{RUN}/ppo/iter_{iter_:05d}/DONE", steps=None)
     base.update(kw)
     return argparse.Namespace(**base)
 
 
-def _dry_run(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+def _dry_run(tmp_path: Path, *extra: str, measure: bool = False) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "t1.cli", "segment", "--config", PRESET, "--iter", "1"]
     cmd += ["--from", f"{RUN}/sft/model", "--critic", f"{RUN}/critic/warmup"]
     cmd += ["--out", f"{RUN}/ppo/iter_00001/DONE", "--dry-run", *extra]
+    if measure is False:
+        cmd.append("--no-measure")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}  # no SLURM_* : placeholder nodes
     return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
 
@@ -85,9 +88,19 @@ def test_dry_run_prints_the_whole_plan_on_a_fresh_checkout(tmp_path):
         assert "would read (not there yet" in line, line
     # per step: weights into the replicas, rollout, the torchrun trainer, checkpoint paths
     s2 = lines.index("step 2:")
+    assert lines[s2 + 1] == (  # fleet.weight_update: distributed in the preset
+        "  the previous step's trainer pushed the actor to 4 replicas "
+        f"(update_weights_from_distributed); {RUN}/ppo/steps/step_000001/train/actor reloads a "
+        "replica that missed it"
+    )
+    # what moving the weights costs per step, the chosen mode first (t1/run/weight_traffic.py)
+    w = lines.index(next(x for x in lines if x.startswith("weights to the fleet per step")))
+    assert lines[w].startswith("weights to the fleet per step (fleet.weight_update: distributed;")
+    assert "4 replicas x 8 ranks" in lines[w]
+    assert lines[w + 1].startswith("  distributed (chosen): export written ")
+    assert "read back from disk 0.0 GB" in lines[w + 1]
     assert (
-        lines[s2 + 1]
-        == f"  update_weights_from_disk {RUN}/ppo/steps/step_000001/train/actor on 4 replicas"
+        lines[w + 2].startswith("  disk (instead): ") and "over the network 0.0 GB" in lines[w + 2]
     )
     train = shlex.split(lines[s2 + 3].split(":", 1)[1])
     assert train[:12] == [
@@ -210,7 +223,7 @@ def test_a_refusal_of_check_plan_is_stated_and_the_plan_still_prints(monkeypatch
 
 def test_dry_run_states_fits_or_does_not_fit_with_the_roles_and_the_budget(tmp_path):
     small = load_config(PRESET, {"train.gpu_budget_gib": 1.0})
-    (c,) = prelaunch_checks(small)
+    (c,) = prelaunch_checks(small, measured=False)
     assert not c["ok"] and c["result"].startswith("DOES NOT FIT (actor ")
     assert "critic " in c["result"] and "over train.gpu_budget_gib 1:" in c["result"]
     (c,) = prelaunch_checks(load_config(REPO / "workflow/config/tiny.yaml"))
@@ -264,10 +277,32 @@ def test_dry_run_with_init_from_checks_the_checkpoint_too(tmp_path):
         "result": "agrees with the config",
     }  # fmt: skip
     missing = load_config(PRESET, {"model.init_from": str(tmp_path / "nowhere")})
-    spec_c, mem_c = prelaunch_checks(missing)
+    spec_c, mem_c = prelaunch_checks(missing, measured=False)
     assert (
         not spec_c["ok"]
         and "cannot read it" in spec_c["result"]
         and "does not exist" in spec_c["result"]
     )
     assert not mem_c["ok"]
+
+
+@pytest.mark.slow
+def test_dry_run_measures_the_preset(tmp_path):
+    """The dry run measures the trainer's real models at the preset's layout (fake process
+    group): with train.optimizer_offload and Transformer Engine attention it fits 95 GiB, and
+    the planner's check beside it agrees within 5%; a smaller budget makes it fail."""
+    from t1.run.plan import measured_check
+
+    r = _dry_run(tmp_path, measure=True)
+    assert r.returncode == 0, r.stderr
+    plan_line, measured = _check_lines(r.stdout)
+    assert plan_line.startswith("  memory plan (t1.train.megatron.plan.check_plan")
+    assert ": OK: fits: actor " in plan_line
+    assert measured.startswith("  measured memory (t1 plan-memory --measure")
+    assert ": OK: fits: co-resident peak actor " in measured
+    assert "(attention flash, 1 x 65536 tokens)" in measured
+    got = float(measured.split("co-resident peak actor ")[1].split(",")[0])
+    planned = float(plan_line.split(": OK: fits: actor ")[1].split(" GiB")[0])
+    assert got == pytest.approx(planned, rel=0.05) and got <= 95
+    c = measured_check(load_config(PRESET, {"train.gpu_budget_gib": got - 1}))
+    assert not c["ok"] and c["result"].startswith("DOES NOT FIT: co-resident peak actor ")

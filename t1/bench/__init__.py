@@ -9,6 +9,7 @@
     t1 bench critic                    (t1/bench/critic.py: warm-up vs cold critic EV curves)
     t1 bench gpu                       (t1/bench/gpu.py: megatron backend, replay on/off, one GPU)
     t1 bench verifier                  (t1/bench/verifier.py: verifier seconds, proxy on/off)
+    t1 bench weights                   (t1/bench/weights.py: weights to replicas, disk vs gloo)
 
 Each benchmark module defines `add_arguments(parser)` and `main(args) -> int`. Figures go into
 LOG.md with the date and the command; tests never assert timings.
@@ -23,7 +24,18 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCHMARKS = ("sandbox", "rollout", "engine", "train", "ckpt", "gap", "critic", "gpu", "verifier")
+BENCHMARKS = (
+    "sandbox",
+    "rollout",
+    "engine",
+    "train",
+    "ckpt",
+    "gap",
+    "critic",
+    "gpu",
+    "verifier",
+    "weights",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,12 +18,14 @@ Failure paths (issue 13), each a counter in `stats()` and an event in `events`:
   `t1 supervise` restarts the server (t1/engine/launch.py `watch` makes a hang visible to
   it); when it answers `/health` again the fleet loads the current weights into it, and only
   then routes to it.
-* `update_weights` loads the step's HF export into every replica with
-  `/update_weights_from_disk` {`model_path`, `weight_version`}; if one answers
-  `success: false` or an error, the fleet refuses every `generate` until a later update
-  succeeds (`WeightUpdateFailed`), so no sample of the old weights is admitted. Each answer's
-  `meta_info.weight_version` must equal the fleet's version, or it is `StaleWeights`: that
-  replica is taken out until the current weights are loaded into it, the trajectory re-sampled.
+* `update_weights` loads the step's HF export into every replica with `/update_weights_from_disk`
+  {`model_path`, `weight_version`} (`weight_update: distributed`: the trainer pushed it,
+  t1/engine/weight_update.py; a replica whose `/get_model_info` reports that version is left
+  alone, the others load from disk: `weight_fallbacks`); if one answers `success: false` or an
+  error, the fleet refuses every `generate` until a later update succeeds (`WeightUpdateFailed`),
+  so no sample of the old weights is admitted. Each answer's `meta_info.weight_version` must
+  equal the fleet's version, or it is `StaleWeights`: that replica is taken out until the
+  current weights are loaded into it, the trajectory re-sampled.
 * An answer without the routing capture it was asked for aborts that trajectory
   (`parse_response` raises; counted as `missing_routing`); it is never padded or dropped.
 """
@@ -40,6 +42,7 @@ from typing import Any, TypeVar
 
 from t1.engine.base import GenerateRequest, GenerateResult
 from t1.engine.sglang import EngineError, parse_response, request_body
+from t1.engine.weight_update import reported_version, version_of
 from t1.httpjson import get_ok, post_json
 
 T = TypeVar("T")
@@ -95,6 +98,8 @@ class FleetStats:
     rejoined: int = 0
     weight_updates: int = 0
     failed_weight_updates: int = 0
+    weights_verified: int = 0  # distributed: replicas that reported the pushed version ...
+    weight_fallbacks: int = 0  # ... and those loaded from disk instead
     per_replica: dict[str, int] = field(default_factory=dict)
 
 
@@ -115,7 +120,10 @@ class Fleet:
         max_resample: int = 2,
         rejoin_timeout_s: float = 1800.0,
         monitor: bool = True,
+        weight_update: str = "disk",
     ) -> None:
+        if weight_update not in ("disk", "distributed"):
+            raise ValueError(f"weight_update must be disk | distributed, got {weight_update!r}")
         if not urls:
             raise ValueError("a fleet needs at least one replica URL (fleet.urls)")
         urls = [u.rstrip("/") for u in urls]
@@ -123,11 +131,10 @@ class Fleet:
             raise ValueError(f"fleet.urls lists a replica twice: {urls}")
         self.replicas = [Replica(u) for u in urls]
         self.layers, self.k, self.num_experts = layers, k, num_experts
-        self.timeout_s = timeout_s
+        self.timeout_s, self.health_failures = timeout_s, health_failures
         self.health_interval_s, self.health_timeout_s = health_interval_s, health_timeout_s
-        self.health_failures = health_failures
-        self.max_resample = max_resample
-        self.rejoin_timeout_s = rejoin_timeout_s
+        self.max_resample, self.rejoin_timeout_s = max_resample, rejoin_timeout_s
+        self.weight_update = weight_update  # disk | distributed (the trainer pushes)
         self.version: str | None = None  # None: not set by this client; answers not checked
         self.path: str | None = None
         self.refusal: str | None = None  # set by a failed weight update: no sampling until fixed
@@ -142,11 +149,8 @@ class Fleet:
         self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="t1-fleet")
         self._http = ThreadPoolExecutor(max_workers=512, thread_name_prefix="t1-fleet-http")
         self._stop = threading.Event()
-        self._monitor = None
+        self._monitor = threading.Thread(target=self._watch, name="t1-fleet-health", daemon=True)
         if monitor:
-            self._monitor = threading.Thread(
-                target=self._watch, name="t1-fleet-health", daemon=True
-            )
             self._monitor.start()
 
     @classmethod
@@ -163,6 +167,7 @@ class Fleet:
             health_failures=f.health_failures,
             max_resample=f.max_resample,
             rejoin_timeout_s=f.rejoin_timeout_s,
+            weight_update=f.weight_update,
         )
 
     # ------------------------------------------------------------ Engine protocol
@@ -197,11 +202,11 @@ class Fleet:
                 pass  # SGLang has no such route; t1 serve frees the session
 
     def update_weights(self, path: str, version: str | None = None) -> None:
-        """Load `path` into every replica (a down one waits up to `rejoin_timeout_s`).
-
-        On any failure the fleet refuses to sample until an update succeeds, and raises
+        """Load `path` into every replica (a down one waits up to `rejoin_timeout_s`; with
+        `weight_update: distributed` one that reports `version` keeps what it holds). On any
+        failure the fleet refuses to sample until an update succeeds, and raises
         WeightUpdateFailed naming the replica and its answer."""
-        version = version or str(Path(path).resolve())
+        version = version or version_of(path)
         with self._lock:
             self.refusal = f"weights {version} are not loaded everywhere yet"
             self._sessions.clear()  # old prefixes were computed with other weights
@@ -214,7 +219,8 @@ class Fleet:
                     break  # restarted: load it now
                 time.sleep(min(1.0, self.health_interval_s))
             try:
-                self._load(rep, str(path), version)
+                if self.weight_update == "disk" or not self._holds(rep, version):
+                    self._load(rep, str(path), version)
             except FleetError as e:
                 self._event("weight_update_failed", rep, message=str(e))
                 raise
@@ -376,6 +382,16 @@ class Fleet:
     def _healthy(self, rep: Replica) -> bool:
         return get_ok(rep.url + "/health", timeout=self.health_timeout_s)
 
+    def _holds(self, rep: Replica, version: str | None) -> bool:
+        """distributed: True iff the replica reports `version` (pushed); else a fallback."""
+        held = reported_version(rep.url, self.health_timeout_s) == version
+        with self._lock:
+            self.stats.weights_verified += held
+            self.stats.weight_fallbacks += not held
+            rep.version = version if held else rep.version
+        self._event("weights_verified" if held else "weight_fallback", rep, version=version)
+        return held
+
     def _load(self, rep: Replica, path: str, version: str | None) -> None:
         body = {"model_path": path, "weight_version": version, "flush_cache": True}
         try:
@@ -404,8 +420,8 @@ class Fleet:
     # ------------------------------------------------------------ HTTP
 
     def _post(self, rep: Replica, path: str, payload: dict[str, Any], timeout: float) -> Any:
-        """An HTTP error is the request's fault (EngineError); no answer at all is the host's
-        (_Down: refused, reset, timed out, cut short)."""
+        """HTTP error: the request's fault (EngineError); no answer (refused, reset, timed out,
+        cut short): the host's (_Down)."""
         return post_json(
             rep.url + path,
             payload,
@@ -437,8 +453,9 @@ def fleet_urls(cfg) -> list[str]:
 
 
 def before_rollout(engine: Any, policy: str | Path | None) -> None:
-    """A fleet's step starts by loading `policy` (the previous step's HF export) everywhere;
-    raises WeightUpdateFailed if a replica does not load it. Other engines: nothing."""
+    """A fleet's step starts by loading `policy` (the previous step's HF export) everywhere
+    (distributed: checking the trainer's push, disk for a replica without it); raises
+    WeightUpdateFailed if a replica does not hold it after. Other engines: nothing."""
     if not isinstance(engine, Fleet):
         return
     if policy is None:

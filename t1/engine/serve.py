@@ -13,14 +13,34 @@ answer carries `meta_info.weight_version`, so a client can refuse stale-weight s
 (t1/engine/fleet.py). Rollout workers and the `sglang` client thus talk HTTP to
 either server, and the client is tested for real without a GPU.
 
+Weights over a process group (SGLang's requests and `{success, message}` answers, HTTP 400 on
+failure; the trainer side is t1/engine/weight_update.py): POST `/init_weights_update_group`
+{`master_address`, `master_port`, `rank_offset`, `world_size`, `group_name`, `backend`} joins
+a custom gloo group (one rank: `rank_offset`; blocks until every rank joined);
+`/update_weights_from_distributed` {`names`, `dtypes`, `shapes`, `group_name`, `flush_cache`,
+`weight_version`} receives each tensor by broadcast from group rank 0 in that order, then
+answers (the call blocks until the broadcast is done, as SGLang's); `/destroy_weights_update_group`
+{`group_name`}. A bucket is always received in full (the stream stays in step) but kept only
+if every name is a parameter of the model with that shape: it is staged (one staging area for
+all groups, so pipeline stages' groups add up), and a request with `flush_cache` (SGLang's
+default true) loads everything staged at once, stamps its `weight_version` (if given) and drops
+the prefix cache; `names: []` with `flush_cache` is a commit alone. So an update is all or
+nothing: a refused bucket or a failed receive drops what was staged and the old weights and
+version stay (staged tensors also go when the last open group is destroyed). t1-only: GET
+`/weights_checksum` -> {`weight_version`, `tensors`: {name: sha256}, `staged_peak_bytes`}
+(`t1.engine.weight_update.tensor_checksum` of each tensor as the model holds it).
+
 Concurrency: a `ThreadingHTTPServer` thread per connection; the engine's single worker
 thread owns the model (that is the lock around it) and decodes concurrent requests as one
-batch. `session_id` keys the prefix cache.
+batch. Loading pushed weights takes a gate that `/generate` holds shared: it waits for the
+batches in flight and no batch starts until it is done (never half-updated weights).
+`session_id` keys the prefix cache.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -30,10 +50,21 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import torch
+import torch.distributed as dist
+
 from t1.config import load_config
 from t1.engine.base import GenerateRequest, GenerateResult, SamplingParams
+from t1.engine.lean import LeanQwen3Moe
 from t1.engine.local import LocalEngine
+from t1.engine.weight_update import (
+    DEFAULT_GROUP,
+    init_custom_process_group,
+    parse_dtype,
+    tensor_checksum,
+)
 from t1.model import routing as rt
+from t1.model.checkpoint_names import slot
 
 
 def generate_request(body: dict[str, Any], index: int | None = None) -> GenerateRequest:
@@ -102,6 +133,190 @@ def response_body(
     return {"text": "", "output_ids": res.output_ids, "meta_info": meta}
 
 
+class _Gate:
+    """Many `/generate` calls at once (shared) or one weight load (exclusive, waiting first)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = self._waiting = 0
+        self._writer = False
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            self._cond.wait_for(lambda: not (self._writer or self._waiting))
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        with self._cond:
+            self._waiting += 1
+            self._cond.wait_for(lambda: not (self._writer or self._readers))
+            self._waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+class _Receiver:
+    """The replica side of SGLang's distributed weight update (see the module docstring)."""
+
+    def __init__(self, engine: LocalEngine, weights: dict, gate: _Gate, timeout_s: float) -> None:
+        self.engine, self.weights, self.gate, self.timeout_s = engine, weights, gate, timeout_s
+        self.groups: dict[str, dist.ProcessGroup] = {}
+        self.staged: dict[str, torch.Tensor] = {}  # received, not yet loaded (every group)
+        self.staged_peak_bytes = 0
+        self.receiving: set[dist.ProcessGroup] = set()  # groups with a transfer in flight
+        self.lock = threading.Lock()  # the tables above
+
+    def init(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        name = str(body.get("group_name") or DEFAULT_GROUP)
+        backend = str(body.get("backend") or "nccl")  # SGLang's default
+        if backend != "gloo":
+            return _fail(f"t1 serve runs on the CPU: backend must be gloo, got {backend!r}")
+        try:
+            addr, port = str(body["master_address"]), int(body["master_port"])
+            rank, world = int(body["rank_offset"]), int(body["world_size"])
+        except (KeyError, TypeError, ValueError) as e:
+            return _fail(f"init_weights_update_group: missing or bad field: {e}")
+        with self.lock:
+            if name in self.groups:
+                return _fail(f"weight-update group {name!r} already exists")
+        try:  # blocks until every rank has joined (rank 0 is the trainer)
+            pg = init_custom_process_group(
+                backend, f"tcp://{addr}:{port}", world, rank, name, self.timeout_s
+            )
+        except Exception as e:  # noqa: BLE001 - answered, the server stays up
+            return _fail(f"joining {name!r} at {addr}:{port} as rank {rank}/{world}: {e}")
+        with self.lock:
+            self.groups[name] = pg
+        return 200, {"success": True, "message": f"joined {name!r} as rank {rank} of {world}"}
+
+    def destroy(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        name = str(body.get("group_name") or DEFAULT_GROUP)
+        with self.lock:
+            pg = self.groups.pop(name, None)
+            if not self.groups:  # nothing can commit what is staged any more
+                self.staged.clear()
+            busy = pg in self.receiving  # that transfer drops the group when it ends
+        if pg is None:
+            return _fail(f"no weight-update group {name!r}")
+        if not busy:
+            _drop(pg)
+        return 200, {"success": True, "message": f"destroyed {name!r}"}
+
+    def update(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        name = str(body.get("group_name") or DEFAULT_GROUP)
+        with self.lock:
+            pg = self.groups.get(name)
+            if pg is None:
+                return _fail(f"no weight-update group {name!r} (call /init_weights_update_group)")
+            if pg in self.receiving:
+                return _fail(f"a transfer is already in flight on weight-update group {name!r}")
+            self.receiving.add(pg)
+        try:
+            return self._update(name, pg, body)
+        finally:
+            with self.lock:
+                self.receiving.discard(pg)
+                orphan = self.groups.get(name) is not pg  # destroyed meanwhile
+            if orphan:
+                _drop(pg)
+
+    def _update(self, name: str, pg: dist.ProcessGroup, body: dict[str, Any]) -> tuple[int, Any]:
+        names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
+        try:
+            if not (
+                isinstance(names, list) and isinstance(dtypes, list) and isinstance(shapes, list)
+            ):
+                raise ValueError("names, dtypes and shapes must be lists")
+            if not len(names) == len(dtypes) == len(shapes):
+                raise ValueError(f"{len(names)} names, {len(dtypes)} dtypes, {len(shapes)} shapes")
+            if not all(isinstance(n, str) for n in names):
+                raise ValueError("names must be strings")
+            bufs = [
+                torch.empty([int(d) for d in s], dtype=parse_dtype(t))
+                for t, s in zip(dtypes, shapes, strict=True)
+            ]
+        except (TypeError, ValueError) as e:  # cannot receive: the stream is out of step for good
+            self.destroy({"group_name": name})
+            return _fail(f"update_weights_from_distributed: {e}; group {name!r} destroyed")
+        try:
+            works = [dist.broadcast(b, group=pg, group_src=0, async_op=True) for b in bufs]
+            for w in works:
+                w.wait()
+        except Exception as e:  # noqa: BLE001 - the sender or the group is gone
+            self.destroy({"group_name": name})
+            with self.lock:
+                self.staged.clear()  # this update is incomplete here
+            return _fail(f"receiving {len(bufs)} tensors over {name!r}: {e}; nothing loaded")
+        params = self.engine.model.state_dict()
+        got = list(zip(names, bufs, strict=True))
+        slots = {n: slot(params, n) for n in names}  # checkpoint names too (per expert)
+        bad = [
+            f"{n} {list(b.shape)}" for n, b in got if slots[n] is None or slots[n].shape != b.shape
+        ]
+        with self.lock:
+            if bad:
+                self.staged.clear()
+            else:
+                self.staged.update(got)
+                size = sum(t.nbytes for t in self.staged.values())
+                self.staged_peak_bytes = max(self.staged_peak_bytes, size)
+            take, staged = dict(self.staged), len(self.staged)
+            if not bad and body.get("flush_cache", True):
+                self.staged.clear()
+        if bad:
+            return _fail(
+                f"not parameters of this model (name or shape): {bad[:8]}"
+                f"{' ...' if len(bad) > 8 else ''}; nothing loaded, weights "
+                f"{self.weights['version']!r} kept"
+            )
+        if not body.get("flush_cache", True):
+            return 200, {"success": True, "message": f"staged {staged} tensors"}
+        with self.gate.exclusive(), torch.no_grad():
+            for n, t in take.items():
+                slot(params, n).copy_(t)
+            self.engine._sessions.clear()  # the prefix cache was computed with other weights
+            if self.engine._lean is not None:  # its fused matrices are copies
+                self.engine._lean = LeanQwen3Moe(self.engine.model, self.engine.batch_invariant)
+            if body.get("weight_version") is not None:
+                self.weights["version"] = str(body["weight_version"])
+        return 200, {"success": True, "message": f"loaded {len(take)} tensors"}
+
+    def checksums(self) -> dict[str, Any]:
+        with self.gate.shared():
+            sums = {n: tensor_checksum(t) for n, t in self.engine.model.state_dict().items()}
+            version = self.weights["version"]
+        return {
+            "weight_version": version,
+            "tensors": sums,
+            "staged_peak_bytes": self.staged_peak_bytes,
+        }
+
+
+def _fail(message: str) -> tuple[int, dict[str, Any]]:
+    return 400, {"success": False, "message": message}  # SGLang's failure answer
+
+
+def _drop(pg: dist.ProcessGroup) -> None:
+    try:
+        dist.destroy_process_group(pg)
+    except Exception:  # noqa: BLE001 - a broken group: at least close its connections
+        with contextlib.suppress(Exception):
+            pg.shutdown()
+
+
 def make_server(
     engine: LocalEngine,
     host: str,
@@ -109,9 +324,12 @@ def make_server(
     model_dir: str = "",
     weight_version: str = "default",
     routed_experts: bool = True,
+    group_timeout_s: float = 600.0,
 ) -> ThreadingHTTPServer:
     """An HTTP server bound to (host, port) serving `engine`; call `serve_forever()` on it."""
     weights = {"path": model_dir, "version": weight_version}  # SGLang's server_args.weight_version
+    gate = _Gate()
+    receiver = _Receiver(engine, weights, gate, group_timeout_s)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -145,6 +363,8 @@ def make_server(
                         "num_experts": engine.num_experts,
                     },
                 )
+            elif self.path == "/weights_checksum":
+                self._send(200, receiver.checksums())
             else:
                 self._error(404, f"no route GET {self.path}")
 
@@ -181,8 +401,9 @@ def make_server(
                 )
                 if not routed_experts:  # as SGLang without --enable-return-routed-experts
                     reqs = [dataclasses.replace(r, return_routing=False) for r in reqs]
-                version = weights["version"]  # before: a sample is never labelled newer than it is
-                results = engine.generate(reqs)
+                with gate.shared():  # never during a weight load
+                    version = weights["version"]
+                    results = engine.generate(reqs)
                 want_lp = bool(body.get("return_logprob", False))
                 out = [response_body(r, want_lp, version) for r in results]
                 return 200, out if batch else out[0]
@@ -207,6 +428,12 @@ def make_server(
                 if body.get("weight_version") is not None:
                     weights["version"] = str(body["weight_version"])
                 return 200, {"success": True, "message": f"loaded {path}", "num_paused_requests": 0}
+            if self.path == "/init_weights_update_group":
+                return receiver.init(body)
+            if self.path == "/update_weights_from_distributed":
+                return receiver.update(body)
+            if self.path == "/destroy_weights_update_group":
+                return receiver.destroy(body)
             if self.path == "/close_session":
                 engine.close_session(str(body.get("session_id", "")))
                 return 200, None
@@ -233,6 +460,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="never return routed_experts, as SGLang without --enable-return-routed-experts "
         "(the client must abort such trajectories)",
     )
+    parser.add_argument(
+        "--group-timeout-s",
+        type=float,
+        default=600.0,
+        help="a weight-update group's rendezvous and broadcast timeout",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -245,6 +478,7 @@ def main(args: argparse.Namespace) -> int:
         model_dir=str(args.model),
         weight_version=args.weight_version,
         routed_experts=not args.without_routed_experts,
+        group_timeout_s=args.group_timeout_s,
     )
     host, port = server.server_address[:2]
     print(json.dumps({"url": f"http://{host}:{port}", "pid": os.getpid()}), flush=True)

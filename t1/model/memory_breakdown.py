@@ -151,7 +151,8 @@ def breakdown(spec: ModelSpec, lay: Layout, role: str) -> dict[str, float]:
     best = None
     for dense, experts, stage in per_stage:
         shard = (dense / lay.dp + experts / lay.edp) if lay.dist_opt else dense + experts
-        opt = 0.0 if lay.offload else 12 * shard
+        opt_state = 12 * shard  # fp32 main weights + Adam moments
+        opt = 0.0 if lay.offload else opt_state
         layers_here = len(stages[stage])
         in_flight = lay.pp - stage  # 1F1B: stage i holds pp - i micro-batches
         per_layer = [_megatron_layer(spec, kd, lay.recompute, lay) for kd in stages[stage]]
@@ -172,6 +173,9 @@ def breakdown(spec: ModelSpec, lay: Layout, role: str) -> dict[str, float]:
             "routing": routing,
             "runtime": 4.0 * GIB,
         }
+        if lay.offload:  # the state waits on the host; the step brings it back (no activations)
+            step = b["weights"] + b["grads"] + opt_state + b["runtime"]
+            b["optimizer"] = max(0.0, step - sum(b.values()))  # what the step adds to the peak
         if best is None or sum(b.values()) > sum(best.values()):
             best = b
     return best

@@ -1,7 +1,9 @@
 """The campaign's machinery: a run's pinned config and `t1 run-config` (`campaign`), a
 segment's plan (`plan`: trainer ranks and SGLang replicas on one Slurm allocation), `t1
 segment` (`segment`: K PPO steps from the newest checkpoint), the fleet's job steps
-(`segment_fleet`), and the layout and commands of one PPO step (`steps`).
+(`segment_fleet`; `replica_watch`: exit and hang detection, restart, reload), what moving the
+weights to the fleet costs per step (`weight_traffic`), and the layout and commands of one PPO
+step (`steps`).
 
     t1 segment --config F --iter N --from DIR --out DONE [--dry-run]
 

@@ -34,6 +34,7 @@ from t1.engine.allocation import (
     split_allocation,
 )
 from t1.model import memory, memory_breakdown, memory_spec
+from t1.run import weight_traffic
 
 RDZV_PORT = 29500
 GIB = memory_breakdown.GIB
@@ -100,7 +101,7 @@ def replica_command(
     if cfg.campaign.gpus:
         srun.append(f"--gpus-per-node={cfg.campaign.gpus}")
     srun += [f"--job-name=replica{replica['index']}", "--kill-on-bad-exit=1"]
-    if f.colocate:  # shares the node's CPUs and memory with the trainer's step
+    if f.colocate or in_job_step():  # colocate: shares the node with the trainer's step
         srun.append("--overlap")
     watched = launch.watch_command(url, server, f.health_interval_s)
     if len(nodes) > 1:  # each node's rank is only known inside the step
@@ -113,6 +114,14 @@ def replica_command(
     return [*srun, *watched]
 
 
+def in_job_step(env=None) -> bool:
+    """This process runs inside a Slurm job step (snakemake's Slurm executor runs a rule's shell
+    in `srun -n1`): a nested srun then needs --overlap or it waits for CPUs forever (measured
+    on Slurm 22.05). The batch script itself is step "batch"."""
+    env = os.environ if env is None else env
+    return bool(env.get("SLURM_STEP_ID")) and env.get("SLURM_STEP_ID") != "batch"
+
+
 def trainer_command(
     cfg, trainer_nodes: list[str], layout: dict[str, Any], train: list[str], rdzv_id: str
 ) -> tuple[str, list[str]]:
@@ -120,7 +129,7 @@ def trainer_command(
     backend = getattr(getattr(cfg, "train", None), "backend", "hf")
     srun = ["srun", f"--nodes={len(trainer_nodes)}", "--ntasks-per-node=1"]
     srun += [f"--nodelist={','.join(trainer_nodes)}", "--job-name=trainer", "--kill-on-bad-exit=1"]
-    if cfg.fleet.colocate:
+    if cfg.fleet.colocate or in_job_step():
         srun.append("--overlap")
     if backend != "megatron":
         return backend, [*srun, "t1", *train[1:]]
@@ -133,10 +142,12 @@ def trainer_command(
     return backend, [*srun, *torchrun]
 
 
-def prelaunch_checks(cfg) -> list[dict[str, Any]]:
+def prelaunch_checks(cfg, measured: bool = True) -> list[dict[str, Any]]:
     """What the trainer checks before it launches, run here on `cfg`: with model.init_from the
     checkpoint against the config (t1.model.spec.check), then the memory plan
-    (t1.train.megatron.plan.check_plan). One {check, ok, result} each; never raises."""
+    (t1.train.megatron.plan.check_plan), then (`measured`, a megatron trainer on GPUs) the
+    trainer's real models measured (measured_check). One {check, ok, result} each; never
+    raises."""
     from t1.train.megatron.plan import PlanError, check_plan, plan_for
 
     out = []
@@ -182,9 +193,33 @@ def prelaunch_checks(cfg) -> list[dict[str, Any]]:
                 f"{res['critic_gib']:.1f} GiB per process/GPU within {budget} ({t.backend})",
             }
         )
+    if measured and t.backend == "megatron" and cfg.campaign.gpus > 0:
+        out.append(measured_check(cfg))
     for c in out:  # one line each (a SpecMismatch lists its keys on lines of their own)
         c["result"] = " ".join(c["result"].split())
     return out
+
+
+def measured_check(cfg) -> dict[str, Any]:
+    """The trainer's real megatron-core models at the config's layout, measured under a fake
+    process group and FakeTensorMode (t1.train.megatron.measure; ~20 s at the 122B preset):
+    the co-resident peak per GPU against train.gpu_budget_gib."""
+    from t1.train.megatron.measure import measure
+
+    name = "measured memory (t1 plan-memory --measure: real models, fake process group)"
+    try:
+        res = measure(cfg)
+    except Exception as e:  # noqa: BLE001 - the dry run states any failure and prints on
+        return {"check": name, "ok": False, "result": f"ERROR ({type(e).__name__}): {e}"}
+    co = res["coresident"]["phase_peak_gib"]
+    verdict = "fits" if res["fits"] else "DOES NOT FIT"
+    return {
+        "check": name,
+        "ok": res["fits"],
+        "result": f"{verdict}: co-resident peak actor {co['actor']:.1f}, critic {co['critic']:.1f} "
+        f"GiB per GPU within train.gpu_budget_gib {res['budget_gib']:g} (attention "
+        f"{res['attention']}, 1 x {res['tokens']} tokens)",
+    }
 
 
 def segment_plan(args: argparse.Namespace) -> dict[str, Any]:
@@ -237,6 +272,7 @@ def segment_plan(args: argparse.Namespace) -> dict[str, Any]:
             {
                 "step": s,
                 "weights_update": {
+                    "mode": cfg.fleet.weight_update,
                     "model_path": str(prev / "actor"),
                     "replicas": cfg.fleet.replicas,
                 },
@@ -310,13 +346,16 @@ def segment_plan(args: argparse.Namespace) -> dict[str, Any]:
         },
         "memory_gib": memory_gib,
         "replicas": replicas,
+        "weight_traffic": weight_traffic.per_step(cfg, model_spec(cfg))
+        if cfg.fleet.replicas
+        else None,
         "router": router,
         "inputs": reads,
         "per_step": per_step,
         "marker": str(args.out),
         "keep_checkpoints": c.keep_checkpoints,
         "notes": notes,
-        "checks": prelaunch_checks(cfg),
+        "checks": prelaunch_checks(cfg, measured=not getattr(args, "no_measure", False)),
     }
 
 
@@ -349,6 +388,8 @@ def render(plan: dict[str, Any]) -> str:
     for r in plan["replicas"]:
         out.append(f"  replica {r['index']} on {r['nodes']} at {r['url']}:")
         out.append(f"    {j(r['launch'])}")
+    if plan.get("weight_traffic"):
+        out += weight_traffic.render(plan["weight_traffic"])
     if plan["router"]:
         out.append(f"router: {j(plan['router'])}")
     out.append("checks before launch:")
@@ -361,7 +402,13 @@ def render(plan: dict[str, Any]) -> str:
     for s in plan["per_step"]:
         out.append(f"step {s['step']}:")
         w = s["weights_update"]
-        if w["replicas"]:
+        if w["replicas"] and w.get("mode") == "distributed":
+            out.append(
+                f"  the previous step's trainer pushed the actor to {w['replicas']} replicas "
+                f"(update_weights_from_distributed); {w['model_path']} reloads a replica that "
+                "missed it"
+            )
+        elif w["replicas"]:
             out.append(f"  update_weights_from_disk {w['model_path']} on {w['replicas']} replicas")
         out.append(f"  rollout: {j(s['rollout'])}")
         out.append(f"  train:   {j(s['train'])}")

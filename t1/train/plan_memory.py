@@ -13,7 +13,9 @@ beside the planner's estimate, then the co-resident peak (critic trains first, t
 idle role offloaded except its gradient buffers). Exit 1 when a role's co-resident peak exceeds
 train.gpu_budget_gib (2 on a bad config). `--attention flash` replaces the local spec's
 DotProductAttention (which the trainer builds today: an [s, s] score matrix per head) by a
-flash-attention stand-in, to show what a TE spec would need.
+flash-attention stand-in: what a TE spec needs (the default follows train.attention as the
+GPU nodes build it). With train.optimizer_offload the peak is the larger of the
+forward/backward (optimizer state on the host) and the optimizer step (no activations).
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--attention",
         choices=("local", "flash"),
-        default="local",
-        help="--measure: core attention as built (local) or a flash stand-in",
+        default=None,
+        help="--measure: core attention: local (megatron-core's, the CPU's) or the flash "
+        "stand-in (what train.attention te/auto builds on GPU nodes; the default follows it)",
     )
     parser.add_argument(
         "--recompute",
@@ -95,6 +98,12 @@ def table(res: dict) -> str:
     for item in a["breakdown_gib"]:
         lines.append(
             f"{item:<20}{a['breakdown_gib'][item]:>12.2f}{c['breakdown_gib'].get(item, 0):>12.2f}"
+        )
+    for phase in a.get("phases_gib", {}):
+        lines.append(
+            f"{'  ' + phase:<20}{a['phases_gib'][phase]:>12.2f}"
+            f"{c['phases_gib'].get(phase, 0):>12.2f}   (train.optimizer_offload: Adam state on "
+            "the host between steps)"
         )
     lines.append(
         f"{'measured peak':<20}{a['peak_gib']:>12.2f}{c['peak_gib']:>12.2f}"

@@ -16,6 +16,7 @@ from t1.config import ModelConfig
 from t1.engine.base import GenerateRequest, SamplingParams
 from t1.engine.local import LocalEngine
 from t1.engine.sglang import EngineError, SGLangEngine
+from t1.engine.weight_update import tensor_checksum
 from t1.model.policy import build_policy, save_policy
 
 VOCAB = 512
@@ -138,6 +139,13 @@ def test_update_weights_from_disk(server):
     got = client.generate([GenerateRequest(prompt, GREEDY)])[0].output_ids
     want = LocalEngine(build_policy(ModelConfig(), VOCAB, seed=1), dtype="float32")
     assert got == want.generate([GenerateRequest(prompt, GREEDY)])[0].output_ids
+    with urllib.request.urlopen(url + "/weights_checksum", timeout=30) as r:
+        sums = json.loads(r.read())["tensors"]  # what the replica holds, tensor by tensor
+    p1 = build_policy(ModelConfig(), VOCAB, seed=1).state_dict()
+    assert sums == {n: tensor_checksum(t) for n, t in p1.items()}
+    assert sums != {
+        n: tensor_checksum(t) for n, t in build_policy(ModelConfig(), VOCAB).state_dict().items()
+    }
     with pytest.raises(EngineError, match="failed"):
         client.update_weights(str(root / "missing"))
     client.update_weights(str(root / "p0"))

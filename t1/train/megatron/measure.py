@@ -44,7 +44,9 @@ What cannot run fake and what stands in (listed in the result's `stand_ins`):
 Co-residence (`coresident`): the trainer trains the critic first, then the actor, offloading
 the idle role with train.offload (residency.py): a bf16 role releases its DDP buffers (weights
 and gradients) and moves its fp32 main weights and Adam moments to the host; without offload
-the idle role stays whole. The GPU-resident peak of a role's phase = that role's peak + what of
+the idle role stays whole. With train.optimizer_offload (host-resident optimizer state,
+main_weights.py) a role's peak is the larger of its forward/backward without the optimizer
+state and its optimizer step without activations (`phases`). The GPU-resident peak of a role's phase = that role's peak + what of
 the idle role stays (`_idle_resident`).
 """
 
@@ -254,6 +256,11 @@ def measure_rank(
         b["runtime"] = RUNTIME_RESERVE
         out["saved_activations"] = act["saved"]
     out["total"] = sum(b.values())
+    if act is not None and t.optimizer_offload:  # main_weights.MainWeightsAdam(host_state=True)
+        fwd_bwd = out["total"] - b["optimizer"]  # the optimizer state waits on the host
+        step = b["weights"] + b["grads"] + b["optimizer"] + b["runtime"]  # no activations
+        out["phases"] = {"forward_backward": fwd_bwd, "optimizer_step": step}
+        out["total"] = max(fwd_bwd, step)
     return out
 
 
@@ -264,13 +271,25 @@ def _gib(x: float) -> float:
     return round(x / GIB, 6)
 
 
+def attention_of(cfg) -> str:
+    """The measure's core attention for cfg.train.attention as the GPU nodes build it: "te"
+    sized by the flash stand-in (Transformer Engine does not import here), else "local"."""
+    from t1.train.megatron.attention import resolve
+
+    return (
+        "flash" if resolve(cfg.train.attention, on_gpu=cfg.campaign.gpus > 0) == "te" else "local"
+    )
+
+
 def measure(
-    cfg, tokens: int | None = None, chunk: int = 4096, attention: str = "local"
+    cfg, tokens: int | None = None, chunk: int = 4096, attention: str | None = None
 ) -> dict[str, Any]:
     """Measured per-rank bytes of actor and critic (worst stage each), the co-resident peak,
-    and the planner's estimate beside them."""
+    and the planner's estimate beside them. `attention`: local | flash (default: what
+    cfg.train.attention builds on the GPU nodes, attention_of)."""
     from t1.train.megatron.plan import plan_for
 
+    attention = attention_of(cfg) if attention is None else attention
     tokens = cfg.agent.context_tokens if tokens is None else tokens
     pp = cfg.train.pipeline_parallel
     roles: dict[str, Any] = {}
@@ -287,6 +306,7 @@ def measure(
             "worst_stage": worst["stage"],
             "peak_gib": _gib(worst["total"]),
             "breakdown_gib": {k: _gib(v) for k, v in worst["bytes"].items()},
+            "phases_gib": {k: _gib(v) for k, v in worst.get("phases", {}).items()},
         }
     stays, idle_of = _idle_resident(cfg)
     co = {}
@@ -341,10 +361,12 @@ def _idle_resident(cfg):
     Without train.offload all of it; with offload a bf16 role's DDP buffers (weights and
     gradients) are released and its fp32 main weights and Adam moments moved to the host
     (main_weights.MainWeightsAdam.move), while an fp32 role keeps its gradient buffers."""
+    host = cfg.train.optimizer_offload  # Adam state on the host between steps, either role
     if not cfg.train.offload:
         return (
-            "all of the idle role (train.offload false)",
-            lambda b: b["weights"] + b["grads"] + b["optimizer"],
+            "all of the idle role (train.offload false)"
+            + (" but its optimizer state (train.optimizer_offload)" if host else ""),
+            lambda b: b["weights"] + b["grads"] + (0.0 if host else b["optimizer"]),
         )
     if cfg.model.train_dtype == "bfloat16":
         return "nothing of the idle role (offloaded: weights, gradients, optimizer)", lambda b: 0.0

@@ -46,6 +46,7 @@ def plan_for(cfg: Config) -> dict[str, Any]:
             ep=t.expert_parallel,
             etp=t.expert_tensor_parallel,
             recompute="full" if t.recompute else "none",
+            offload=t.optimizer_offload,  # Adam state on the host between steps (main_weights.py)
         )
         if not memory_breakdown.valid(spec, lay):
             raise PlanError(
@@ -102,6 +103,7 @@ def build(cfg: Config, actor, critic, actor_lr: float | None = None):
         from t1.train.state import build_trainer
 
         return build_trainer(cfg, actor, critic, actor_lr=actor_lr)
+    from t1.train.megatron.attention import resolve as resolve_attention
     from t1.train.megatron.runtime import Parallel
     from t1.train.megatron.trainer import MegatronTrainer
     from t1.train.state import trainer_options
@@ -116,6 +118,8 @@ def build(cfg: Config, actor, critic, actor_lr: float | None = None):
         ),
         router_fusion=t.router_fusion,
         offload=t.offload,
+        optimizer_offload=t.optimizer_offload,
+        attention=resolve_attention(t.attention),
         recompute=t.recompute,
         logp_chunk=t.logp_chunk,
     )
