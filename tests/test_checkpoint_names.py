@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from t1.config import load_config
-from t1.model.checkpoint_names import slot
+from t1.model.checkpoint_names import checkpoint_tensors, slot
 from t1.model.policy import build_policy, save_policy
 
 
@@ -32,5 +32,9 @@ def test_every_saved_tensor_is_the_slice_it_names(tmp_path, arch):
     # every element of the model is named exactly once
     covered = sum(t.numel() for t in saved.values())
     assert covered == sum(p.numel() for p in params.values())
+    # the inverse: the in-memory model spelled in checkpoint names is the saved checkpoint
+    back = dict(checkpoint_tensors(params))
+    assert sorted(back) == sorted(saved)
+    assert all(torch.equal(back[n], saved[n]) for n in saved)
     assert slot(params, "model.layers.0.mlp.experts.99.gate_proj.weight") is None
     assert slot(params, "model.layers.0.nothing.weight") is None

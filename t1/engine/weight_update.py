@@ -112,7 +112,15 @@ def init_custom_process_group(
     )
 
     timeout = timedelta(seconds=timeout_s)
-    store, rank, world_size = next(rendezvous(init_method, rank, world_size, timeout=timeout))
+    url = urllib.parse.urlsplit(init_method)
+    if url.scheme == "tcp":  # rank 0 hosts the store itself: torch's tcp:// rendezvous does not
+        # under torchrun (TORCHELASTIC_USE_AGENT_STORE: every rank, 0 too, is a client of the
+        # elastic agent's store), so a trainer rank would leave the replicas nobody to reach
+        store = dist.TCPStore(
+            url.hostname, url.port, world_size, is_master=rank == 0, timeout=timeout
+        )
+    else:
+        store, rank, world_size = next(rendezvous(init_method, rank, world_size, timeout=timeout))
     store.set_timeout(timeout)
     store = PrefixStore(group_name, store)
     # torch refuses a group name twice per process (a broken group's destroy may not have

@@ -39,3 +39,20 @@ def slot(params: dict[str, torch.Tensor], name: str) -> torch.Tensor | None:
         return None
     half = fused.shape[1] // 2
     return fused[e, :half] if proj == "gate" else fused[e, half:]
+
+
+def checkpoint_tensors(params: dict[str, torch.Tensor]):
+    """(name, tensor) in checkpoint names: each fused expert parameter of `params` split into
+    its per-expert tensors (views), everything else as it is; the inverse of `slot`."""
+    for name, t in params.items():
+        head, _, leaf = name.rpartition(".")
+        if head.endswith(".mlp.experts") and leaf == "gate_up_proj" and t.dim() == 3:
+            half = t.shape[1] // 2
+            for e in range(t.shape[0]):
+                yield f"{head}.{e}.gate_proj.weight", t[e, :half]
+                yield f"{head}.{e}.up_proj.weight", t[e, half:]
+        elif head.endswith(".mlp.experts") and leaf == "down_proj" and t.dim() == 3:
+            for e in range(t.shape[0]):
+                yield f"{head}.{e}.down_proj.weight", t[e]
+        else:
+            yield name, t

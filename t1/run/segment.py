@@ -137,6 +137,12 @@ class Driver:
         i = self.args.iter
         return range(i * self.k, (i + 1) * self.k)
 
+    def push_to(self) -> list[str] | None:
+        """The fixed replicas (fleet.urls) the trainer pushes to with fleet.weight_update
+        distributed; inside an allocation segment_fleet's launcher adds its replica steps."""
+        f = self.cfg.fleet
+        return list(f.urls) if f.weight_update == "distributed" and f.urls else None
+
     def prev_of(self, s: int) -> Path:
         return step_dir(self.run_dir, s - 1) / "train" if s > 0 else Path(self.args.source)
 
@@ -173,6 +179,7 @@ class Driver:
                 self.args.tokenizer,
                 critic,
                 self.manifest,
+                self.push_to(),
             )
             if self.args.dry_run:
                 self.planner.record_dropped([])

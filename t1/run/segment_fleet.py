@@ -75,7 +75,8 @@ def trainer_launcher(
     record: list[dict[str, Any]],
     ready: Callable[[], Any] | None = None,
 ):
-    """Driver.launcher: `t1 train` as the trainer job step, other commands as they are; a
+    """Driver.launcher: `t1 train` as the trainer job step (with fleet.weight_update
+    distributed it pushes its actor to every replica: --push-to), other commands as they are; a
     rollout waits for `ready` first (every replica up and at the current weights)."""
     nodes = split["trainer"]
     layout = plan.trainer_layout(cfg, len(nodes))["layout"]
@@ -85,6 +86,8 @@ def trainer_launcher(
             if what == "rollout" and ready is not None:
                 ready()
             return localize(cmd)
+        if cfg.fleet.weight_update == "distributed":  # the trainer pushes; the fleet checks
+            cmd = [*cmd, "--push-to", ",".join(r["url"] for r in split["replicas"])]
         step = Path(cmd[cmd.index("--out") + 1]).parent.name  # .../step_NNNNNN/train
         _, line = plan.trainer_command(cfg, nodes, layout, cmd, f"t1-{cfg.run.name}-{step}")
         record.append({"step": step, "line": line})

@@ -36,6 +36,7 @@ def step_commands(
     tokenizer: str | None,
     critic: str | None,
     run_manifest: Path | None = None,
+    push_to: list[str] | None = None,
 ) -> dict[str, list[str]]:
     """The two commands of one PPO step (the flags the rollout and train owners define)."""
     tok = ["--tokenizer", tokenizer] if tokenizer else []
@@ -48,4 +49,6 @@ def step_commands(
     train += ["--from", str(prev), "--out", str(sdir / "train"), *tok]
     if critic:
         train += ["--critic", critic]
+    if push_to:  # fleet.weight_update distributed: the trainer pushes the actor (t1/train/push.py)
+        train += ["--push-to", ",".join(push_to)]
     return {"rollout": rollout, "train": train}

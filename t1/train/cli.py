@@ -87,6 +87,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-steps", type=int, default=None, help="stop after N optimizer steps")
     parser.add_argument(
+        "--push-to",
+        default=None,
+        help="ppo: comma-separated replica URLs: push the step's actor to them over a "
+        "process group (fleet.weight_update distributed; t1/train/push.py)",
+    )
+    parser.add_argument(
         "--restart-stage",
         action="store_true",
         help="start over although DIR/ckpt holds checkpoints, none usable (moved aside)",

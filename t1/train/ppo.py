@@ -108,6 +108,7 @@ def _stage_of(path: Path) -> str | None:
 
 
 STEP_RECORD = "step.json"
+PUSH_RECORD = "weight_push.json"  # --push-to: what the distributed weight update did
 
 
 class ChainBroken(RuntimeError):
@@ -172,6 +173,34 @@ def state_after(cfg: Config, step_dir: Path, incidents: IncidentLog, depth: int 
     return trainer, progress
 
 
+def _push(cfg: Config, args: argparse.Namespace, trainer, out: Path) -> None:
+    """--push-to: the step's actor straight to the rollout replicas (fleet.weight_update
+    distributed; t1.train.push), before DONE.json; every rank calls it. A failed push does not
+    fail the step (the fleet loads OUT/actor from disk instead); rank 0 records it in
+    OUT/weight_push.json."""
+    urls = [u for u in (getattr(args, "push_to", None) or "").split(",") if u]
+    if not urls:
+        return
+    from t1.engine.weight_update import version_of
+    from t1.train.push import push_actor
+
+    f = cfg.fleet
+    res = push_actor(
+        trainer,
+        urls,
+        version_of(out / "actor"),
+        bucket_bytes=f.weight_bucket_mb << 20,
+        ranks_per_replica=f.tp if f.server == "sglang" else 1,
+    )
+    if lead():
+        status = "complete" if res["ok"] else "failed"
+        write_json_atomic(out / PUSH_RECORD, {"schema_version": 1, "status": status, **res})
+        what = (
+            "pushed" if res["ok"] else f"NOT pushed ({res['error']}; the fleet loads it from disk)"
+        )
+        print(f"t1 train ppo: actor {what} to {len(urls)} replica(s)", flush=True)
+
+
 def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
     out = open_stage_dir(args.out, "ppo", keep=cfg.campaign.keep_checkpoints)
     if out.done():
@@ -201,6 +230,7 @@ def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
         return 5
     if own is not None and own["progress"].get("done"):
         trainer.save_weights(out.path)
+        _push(cfg, args, trainer, out.path)
         out.finish({"step": progress["step"] - 1, "resumed": True})
         return 0
     incidents = IncidentLog(out.incidents if lead() else None)
@@ -227,6 +257,7 @@ def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
         progress["done"] = True
         out.save(trainer, progress)
         trainer.save_weights(out.path)
+    _push(cfg, args, trainer, out.path)
     out.close()
     out.finish({"step": step, "metrics": metrics})
     return 0
