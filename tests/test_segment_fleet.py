@@ -361,3 +361,27 @@ def test_the_watcher_goes_stale_on_a_stopped_server_and_takes_it_down_when_it_di
                 if _alive(pid):
                     os.kill(pid, signal.SIGKILL)
             w.wait(timeout=10)
+
+
+def test_the_trainer_step_pushes_to_the_replicas_only_in_distributed_mode(tmp_path):
+    """fleet.weight_update distributed: the trainer job step gets --push-to with every replica
+    of the split (t1/train/push.py); disk: it does not (the fleet loads the export)."""
+    from t1.config import load_config
+    from t1.run.segment_fleet import trainer_launcher
+
+    split = {
+        "trainer": ["n0"],
+        "replicas": [
+            {"index": 0, "url": "http://n1:30000"},
+            {"index": 1, "url": "http://n2:30000"},
+        ],
+    }
+    cmd = ["t1", "train", "--config", "c.yaml", "--stage", "ppo", "--in", "x"]
+    cmd += ["--from", "y", "--out", str(tmp_path / "step_000003/train")]
+    for mode, pushed in (("distributed", True), ("disk", False)):
+        cfg = load_config(REPO / "tests/slurm/fleet.yaml", {"fleet.weight_update": mode})
+        line = trainer_launcher(cfg, split, [])("train", list(cmd))
+        if pushed:
+            assert line[line.index("--push-to") + 1] == "http://n1:30000,http://n2:30000"
+        else:
+            assert "--push-to" not in line

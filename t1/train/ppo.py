@@ -191,6 +191,7 @@ def _push(cfg: Config, args: argparse.Namespace, trainer, out: Path) -> None:
         version_of(out / "actor"),
         bucket_bytes=f.weight_bucket_mb << 20,
         ranks_per_replica=f.tp if f.server == "sglang" else 1,
+        timeout_s=max(60.0, f.health_timeout_s * f.health_failures),  # a hung replica: give up
     )
     if lead():
         status = "complete" if res["ok"] else "failed"
