@@ -272,6 +272,7 @@ class FamiliesConfig:
     enabled: bool = False  # generate them: their train split joins the pool, held-out is evaluated
     train: int = 6  # training instances per family (the PPO pool and the SFT experts)
     heldout: int = 3  # held-out instances per family (evaluated only; never trained on)
+    heldout_unseen: int = 8  # per family, named from words no stage trains on (evaluated only)
     names: list[str] = field(default_factory=list)  # [] = every family
     words: int = 0  # draw names from the first N words of the list (0 = all 128)
 
@@ -285,6 +286,7 @@ class PretrainConfig:
     # transcripts without the system turn back to back (more tool calls per token trained)
     full_fraction: float = 1.0
     pack: int = 1
+    synthetic_names: float = 0.0  # fraction of transcripts named with made-up words (copying)
     epochs: int = 1
     lr: float = 1e-3
     warmup_steps: int = 20  # linear learning-rate warm-up over the first optimizer steps

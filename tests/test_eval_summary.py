@@ -55,3 +55,30 @@ def test_an_arm_uses_the_shared_runs_pool_and_sft_evaluation(tmp_path):
     assert s["heldout"]["ppo"]["resolved"] == 1.0
     assert s["heldout"]["sft"]["source"] == str(Path("tiny") / "eval" / "sft" / "eval.json")
     assert json.dumps(s)  # JSON-serializable for summary.json
+
+
+def test_unseen_name_tasks_are_their_own_split_with_the_same_fields(tmp_path):
+    run = tmp_path / "tiny"
+    _pool(run, "train", ["copy-file-000"])
+    evaluated = ["copy-file-000", "copy-file-004", "copy-file-006", "copy-file-007"]
+    _pool(run, "eval", evaluated)
+    write_json_atomic(
+        run / "tasks" / "families" / "families.json",
+        {"train": ["copy-file-000"], "heldout": ["copy-file-004"],
+         "heldout_unseen": ["copy-file-006", "copy-file-007"]},
+    )  # fmt: skip
+    dirs = {f"{i:05d}-{t}": t for i, t in enumerate(evaluated)}
+    _eval(run, "sft", {d: t in ("copy-file-000", "copy-file-004") for d, t in dirs.items()})
+    _eval(run, "ppo", {d: t != "copy-file-007" for d, t in dirs.items()})
+    s = run_summary(run)
+    assert set(s["heldout_unseen"]["sft"]) == set(s["heldout"]["sft"])  # the same fields
+    assert s["heldout_unseen"]["sft"]["n"] == 2 and s["heldout_unseen"]["sft"]["resolved"] == 0.0
+    assert s["heldout_unseen"]["ppo"]["resolved"] == 0.5
+    assert s["heldout_unseen"]["ppo"]["tasks"] == 2
+    assert s["heldout"]["sft"]["n"] == 1 and s["heldout"]["sft"]["resolved"] == 1.0
+    assert s["train"]["sft"]["n"] == 1
+    # the split can fail: without the family split the unseen tasks count as held-out
+    (run / "tasks" / "families" / "families.json").unlink()
+    s = run_summary(run)
+    assert s["heldout_unseen"]["sft"] is None and s["heldout"]["sft"]["n"] == 3
+    assert any(n.startswith("heldout_unseen: no family split") for n in s["notes"])

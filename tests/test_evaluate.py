@@ -185,7 +185,9 @@ def test_summary_json_splits_held_out_from_train_pool_tasks_and_marks_what_is_mi
     assert t["ci95"] == pytest.approx([0.094531, 0.905469], abs=1e-5)  # Wilson 1/2
     # no PPO evaluation: null, never a number, and a note that says so
     assert s["heldout"]["ppo"] is None and s["train"]["ppo"] is None
-    assert sum(n.endswith("no evaluation (eval/ppo/eval.json missing)") for n in s["notes"]) == 2
+    assert sum(n.endswith("no evaluation (eval/ppo/eval.json missing)") for n in s["notes"]) == 3
+    assert s["heldout_unseen"] == {"sft": None, "ppo": None}  # no t1 families split in this run
+    assert any(n.startswith("heldout_unseen: no family split") for n in s["notes"])
 
 
 def test_summary_json_has_null_held_out_when_the_eval_pool_is_the_train_pool(tmp_path):
@@ -214,5 +216,6 @@ def test_summary_json_without_a_train_pool_splits_nothing_and_says_so(tmp_path):
     assert s["heldout"] == s["train"] == {"sft": None, "ppo": None}
     assert any("no train pool" in n for n in s["notes"])
     assert {n.split(":")[0] for n in s["notes"][1:]} == {
-        "heldout.sft", "train.sft", "heldout.ppo", "train.ppo"
+        "heldout_unseen", "heldout.sft", "heldout_unseen.sft", "train.sft",
+        "heldout.ppo", "heldout_unseen.ppo", "train.ppo"
     }  # fmt: skip

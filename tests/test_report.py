@@ -220,3 +220,21 @@ def test_tampered_runs_and_hackable_verifiers_are_counted(tmp_path):
         in section
     )
     assert "| train | weak | always-equal |" in section and "always-equal 1" in section
+
+
+def test_the_unseen_name_split_has_its_rows_in_the_summary(tmp_path):
+    run = make_run(tmp_path)
+    families = run / "tasks" / "families"
+    families.mkdir(parents=True)
+    (families / "families.json").write_text(json.dumps({"heldout_unseen": ["t-nginx"]}))
+    text = render(run, run / "report.md")
+    summary = _section(text, "## Summary")
+    assert "| heldout_unseen | sft | 0.0% |" in summary  # t-nginx: 0/2 after SFT, 1/2 after PPO
+    assert "| heldout_unseen | ppo | 50.0% |" in summary
+    assert "| heldout | ppo | 100.0% |" in summary  # the other held-out task alone: 2/2
+    assert "`heldout_unseen` = family tasks whose every name" in summary
+    assert t1_main(["report", "--run-dir", str(run)]) == 0
+    page = (run / "report.html").read_text()
+    assert "<td>heldout_unseen</td>" in page and "<code>heldout_unseen</code>" in page
+    s = json.loads((run / "summary.json").read_text())
+    assert s["heldout_unseen"]["ppo"]["n"] == 2 and s["heldout"]["ppo"]["tasks"] == 1

@@ -28,7 +28,10 @@ with `reward.scale` 0 are scored passed/10, as `t1 oracle` does (the reward colu
 reading only; the resolved rate does not depend on it).
 
 The figures of a group of rows, and the campaign's RUN_DIR/summary.json (the SFT and PPO
-evaluations split into held-out and train-pool tasks), are in t1/eval/summary.py.
+evaluations split into held-out, unseen-name held-out and train-pool tasks), are in
+t1/eval/summary.py. The campaign's eval pool holds t1 families' three splits (train, heldout,
+heldout_unseen: workflow/rules/common.smk `family_dirs`), so one evaluation covers them all;
+summary.json tells them apart by the train pool and RUN/tasks/families/families.json.
 """
 
 from __future__ import annotations

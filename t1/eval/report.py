@@ -28,8 +28,9 @@ the last attempt's is kept (t1.store.metrics_log.last_attempt) and the step is m
 Every `incidents.jsonl` under the run directory (t1.store.incidents: corrupt checkpoints and the
 fallbacks that replaced them, restarted children, orphans killed, stages restarted) is listed
 under "Incidents", each distinct record once. Beside it, RUN_DIR/summary.json: resolved rate,
-n, 95% interval and pass@k of the SFT and PPO policies on held-out and train-pool tasks
-(t1.eval.summary.run_summary; null with a note where the run has no such evaluation).
+n, 95% interval and pass@k of the SFT and PPO policies on held-out, unseen-name held-out
+(`heldout_unseen`: family instances named from words no training stage holds) and train-pool
+tasks (t1.eval.summary.run_summary; null with a note where the run has no such evaluation).
 """
 
 from __future__ import annotations
@@ -91,10 +92,10 @@ def _ci(ci: list[float] | None) -> str:
 
 def summary_section(summary: dict[str, Any], figure: Figure | None) -> Section:
     """summary.json as a table (split x stage), its notes, and the resolved-rate bars."""
-    from t1.eval.summary import SPLITS, STAGES
+    from t1.eval.summary import REPORTED_SPLITS, STAGES
 
     rows = []
-    for split in SPLITS:
+    for split in REPORTED_SPLITS:
         for stage in STAGES:
             f = summary.get(split, {}).get(stage)
             if not f:
@@ -104,7 +105,16 @@ def summary_section(summary: dict[str, Any], figure: Figure | None) -> Section:
                          str(f["tasks"]), f"{_fmt(f['pass_at_k'])} (k={f['k']})", f["source"]])  # fmt: skip
     header = ["split", "stage", "resolved", "95% CI (Wilson)", "trajectories", "tasks", "pass@k",
               "source"]  # fmt: skip
-    blocks: list[Block] = [Table(header, rows)]
+    blocks: list[Block] = [
+        Table(header, rows),
+        Para(
+            ["Splits: ", Code("train"), " = tasks of the train pool; ", Code("heldout"),
+             " = tasks never trained on, named with words the training stages use; ",
+             Code("heldout_unseen"), " = family tasks whose every name is a word that no "
+             "training stage (tokenizer corpus, pre-training, SFT, PPO) ever held: whether "
+             "the policy copies a name from the instruction rather than recall one."]
+        ),
+    ]  # fmt: skip
     if summary.get("notes"):
         blocks.append(Bullets([Para([n]) for n in summary["notes"]]))
     if figure:
@@ -259,7 +269,11 @@ def evaluations_section(evals: list[tuple[str, dict[str, Any], Path]], out: Path
     blocks: list[Block] = [
         Table(header, rows),
         Para(
-            ["Per-split figures for scripts: ", Code("summary.json"), " (held-out vs train pool)."]
+            [
+                "Per-split figures for scripts: ",
+                Code("summary.json"),
+                " (held-out, unseen-name held-out, train pool).",
+            ]
         ),
     ]
     cat_rows = []

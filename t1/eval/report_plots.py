@@ -197,18 +197,22 @@ def _bars(groups: list[str], series: dict[str, list[tuple[float, list[float] | N
 
 
 def plot_eval_resolved(summary: dict[str, Any], out_dir: Path, prefix: str) -> Figure | None:
-    """Bars of summary.json: held-out and train pool, SFT and PPO; None when all are null."""
-    from t1.eval.summary import SPLITS, STAGES
+    """Bars of summary.json: held-out, unseen names and train pool, SFT and PPO; None when all
+    are null."""
+    from t1.eval.summary import REPORTED_SPLITS as SPLITS
+    from t1.eval.summary import STAGES
 
-    if not any(summary.get(sp, {}).get(st) for sp in SPLITS for st in STAGES):
+    if not any((summary.get(sp) or {}).get(st) for sp in SPLITS for st in STAGES):
         return None
     series = {
         stage: [
-            (f["resolved"], f["ci95"]) if (f := summary[sp].get(stage)) else None for sp in SPLITS
+            (f["resolved"], f["ci95"]) if (f := (summary.get(sp) or {}).get(stage)) else None
+            for sp in SPLITS
         ]
         for stage in STAGES
     }
-    groups = ["held-out" if sp == "heldout" else "train pool" for sp in SPLITS]
+    label = {"heldout": "held-out", "heldout_unseen": "unseen names", "train": "train pool"}
+    groups = [label[sp] for sp in SPLITS]
     return _bars(groups, series, EVAL_RESOLVED, out_dir / f"{prefix}_{EVAL_RESOLVED.name}.png",
                  "tasks")  # fmt: skip
 

@@ -19,7 +19,10 @@ from typing import Any
 from t1.eval.stats import mean_pass_at_k, wilson_interval
 
 STAGES = ("sft", "ppo")
-SPLITS = ("heldout", "train")
+SPLITS = ("heldout", "train")  # the plot's groups (t1.eval.report_plots)
+UNSEEN = "heldout_unseen"  # family instances named from words no training stage holds
+REPORTED_SPLITS = ("heldout", UNSEEN, "train")  # summary.json's splits, in the report's order
+FAMILIES_JSON = Path("tasks") / "families" / "families.json"  # t1 families, under the run
 
 
 def block(rows: list[dict[str, Any]], k: int) -> dict[str, Any]:
@@ -78,10 +81,12 @@ def _shown(path: Path, run_dir: Path) -> str:
 def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
     """`summary.json` of a campaign run, for scripts: per split and stage, from eval records.
 
-    For `heldout` and `train`, each of `sft` and `ppo`: {resolved (rate), n (trajectories),
-    tasks, ci95 [low, high] (Wilson), pass_at_k, k, source}, or null when the run has no such
-    evaluation, with a `notes` entry saying why. A trajectory counts for `train` when its task
-    id is in the run's train pool (pool/train/manifest.json), else for `heldout`; the records
+    For `heldout`, `heldout_unseen` and `train`, each of `sft` and `ppo`: {resolved (rate), n
+    (trajectories), tasks, ci95 [low, high] (Wilson), pass_at_k, k, source}, or null when the
+    run has no such evaluation, with a `notes` entry saying why. A trajectory counts for
+    `train` when its task id is in the run's train pool (pool/train/manifest.json), for
+    `heldout_unseen` when it is in the `heldout_unseen` list of RUN/tasks/families/families.json
+    (t1 families: names the policy never saw in any stage), else for `heldout`; the records
     are RUN/eval/<stage>/eval.json (t1 evaluate, workflow/rules/evaluate.smk).
 
     `shared`: the run an ablation arm shares its upstream stages with (campaign.runs): its
@@ -106,28 +111,37 @@ def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
         }
     else:
         notes.append(f"no train pool ({train_manifest} missing): no run can be split")
-    out: dict[str, Any] = {split: dict.fromkeys(STAGES) for split in SPLITS}
+    unseen_ids = _unseen_ids(home / FAMILIES_JSON, notes)
+    out: dict[str, Any] = {split: dict.fromkeys(STAGES) for split in REPORTED_SPLITS}
     for stage in STAGES:
         path = run_dir / "eval" / stage / "eval.json"
         if not path.is_file() and shared:
             path = Path(shared) / "eval" / stage / "eval.json"
         if not path.is_file():
             notes += [
-                f"{sp}.{stage}: no evaluation ({_shown(path, run_dir)} missing)" for sp in SPLITS
+                f"{sp}.{stage}: no evaluation ({_shown(path, run_dir)} missing)"
+                for sp in REPORTED_SPLITS
             ]
             continue
         doc = json.loads(path.read_text())
         k = int(doc.get("k", 1))
         rows = rows_of(doc)
         if train_ids is None:
-            notes += [f"{sp}.{stage}: not split (no train pool)" for sp in SPLITS]
+            notes += [f"{sp}.{stage}: not split (no train pool)" for sp in REPORTED_SPLITS]
             continue
         rows = [dict(r, task=task_id.get(r["task"], r["task"])) for r in rows]
         parts = {
             "train": [r for r in rows if r["task"] in train_ids],
-            "heldout": [r for r in rows if r["task"] not in train_ids],
+            UNSEEN: [r for r in rows if r["task"] in unseen_ids and r["task"] not in train_ids],
+            "heldout": [r for r in rows if r["task"] not in train_ids | unseen_ids],
         }
         for split, part in parts.items():
+            if not part and split == UNSEEN:
+                notes.append(
+                    f"{UNSEEN}.{stage}: none of the {len(unseen_ids)} unseen-name family tasks "
+                    f"is in {_shown(path, run_dir)}"
+                )
+                continue
             if not part:
                 what = "outside" if split == "heldout" else "inside"
                 notes.append(
@@ -152,3 +166,14 @@ def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
                     f"(those of the eval pool that are also in the train pool)"
                 )
     return {"schema_version": 1, "status": "complete", "run": run_dir.name, **out, "notes": notes}
+
+
+def _unseen_ids(path: Path, notes: list[str]) -> set[str]:
+    """The task ids of t1 families' `heldout_unseen` split (empty, with a note, without it)."""
+    if not path.is_file():
+        notes.append(f"{UNSEEN}: no family split ({path} missing)")
+        return set()
+    ids = json.loads(path.read_text()).get(UNSEEN)
+    if ids is None:
+        notes.append(f"{UNSEEN}: {path} has no {UNSEEN} split")
+    return set(map(str, ids or []))

@@ -14,12 +14,23 @@ are different tokens, and a tiny policy learns to copy a token long before it le
 one token to another (measured: with "/app/NAME" instructions, 400 pre-training steps left
 every held-out command wrong, all other tokens right).
 
-`make_split(seed, train, heldout)` draws the instances of every family: `train` per family go
-to OUT/train (the PPO pool and the SFT experts), `heldout` per family to OUT/heldout (only
-evaluated). No parameter tuple appears in both, and every held-out instance uses at least one
+`make_split(seed, train, heldout, unseen=N)` draws the instances of every family: `train` per
+family go to OUT/train (the PPO pool and the SFT experts), `heldout` per family to OUT/heldout
+(only evaluated). No parameter tuple appears in both, and every held-out instance uses at least one
 word that no training instance of its family uses, so a held-out task is one the policy never
 saw in SFT or PPO (the pre-training corpus, t1.train.corpus, never contains a held-out
 instance either: it excludes them by their parameters).
+
+A third split, `heldout_unseen` per family (OUT/heldout_unseen), draws every word (names, grep
+word, file contents) from UNSEEN_WORDS, a pool disjoint from WORDS and from every text the
+training stages produce or consume: the tokenizer corpus (t1.agent.tokenizer_train), the
+pre-training corpus (t1.train.corpus), the SFT experts and the PPO pool (the train pool: these
+families' train split, the seed tasks, t1 synth's tasks). The trained tokenizer splits each of
+these words into 2 or more tokens. A held-out instance recombines words the policy saw in
+every stage; an unseen one measures whether it copies a name from the prompt at all
+(tests/test_families_unseen.py scans the stages' texts for the pool). Per family: N =
+`families.heldout_unseen` (8; HELDOUT_UNSEEN without a config).
+`synthetic_name` makes up names for the pre-training corpus (draw_corpus's `synthetic`).
 
 Families, by category (difficulty in brackets; the no-op score is what an agent that does
 nothing passes):
@@ -61,6 +72,18 @@ WORDS = (
     "sun", "swan", "thistle", "thunder", "tiger", "timber", "topaz", "tulip", "valley",
     "velvet", "violet", "walnut", "willow", "wind", "winter", "wolf", "zephyr",
 )  # fmt: skip
+# Words of the `heldout_unseen` split: never in a training instance, the tokenizer corpus, the
+# pre-training corpus or the train pool (tests/test_families_unseen.py scans them), and each
+# 2-7 tokens of the trained BPE (none is a token of its own).
+UNSEEN_WORDS = (
+    "gadget", "llama", "walrus", "banjo", "pixel", "quiver", "yogurt", "muffin", "noodle",
+    "pretzel", "waffle", "tundra", "igloo", "jigsaw", "kayak", "lychee", "mango", "nectar",
+    "oyster", "parsnip", "quokka", "radish", "squid", "trombone", "vortex", "wombat", "yacht",
+    "zucchini", "bagpipe", "cactus", "dolphin", "gecko",
+)  # fmt: skip
+# unseen instances per family without a config (`families.heldout_unseen`)
+HELDOUT_UNSEEN = 8
+assert not set(UNSEEN_WORDS) & set(WORDS)
 
 TEST_HEAD = '''"""Verifier of {task_id} (t1 families: {family}): one pytest case per assertion."""
 from pathlib import Path
@@ -272,18 +295,25 @@ class Instance:
 
 
 def make_split(
-    seed: int, train: int, heldout: int, families: list[str] | None = None, words: int = 0
+    seed: int,
+    train: int,
+    heldout: int,
+    families: list[str] | None = None,
+    words: int = 0,
+    unseen: int = 0,
 ) -> dict[str, list[Instance]]:
     """`train` and `heldout` instances per family; held-out ones share no parameter tuple with
     the training ones and each holds a word its family's training instances never use.
-    `words`: draw from the first N words of WORDS (0 = all)."""
+    `words`: draw from the first N words of WORDS (0 = all). `unseen` per family go to
+    `heldout_unseen`, every word drawn from UNSEEN_WORDS (its own random stream: the train and
+    held-out draws are the same whatever `unseen` is)."""
     pool = word_pool(words)
     names = families or list(FAMILIES)
     unknown = sorted(set(names) - set(FAMILIES))
     if unknown:
         raise ValueError(f"unknown task families {unknown} (known: {sorted(FAMILIES)})")
     r = random.Random(f"t1-families-{seed}")
-    out: dict[str, list[Instance]] = {"train": [], "heldout": []}
+    out: dict[str, list[Instance]] = {"train": [], "heldout": [], "heldout_unseen": []}
     for name in names:
         fam = FAMILIES[name]
         seen: set[str] = set()
@@ -305,18 +335,67 @@ def make_split(
                 raise ValueError(f"{name}: cannot draw {heldout} held-out instances")
             seen.add(key_of(name, p))
             out["heldout"].append(Instance(name, p, train + j))
+    out["heldout_unseen"] = _unseen(seed, unseen, names, train + heldout)
     return out
 
 
-def draw_corpus(seed: int, n: int, exclude: set[str], words: int = 0) -> Iterator[Instance]:
-    """`n` random instances over all families, none of whose keys is in `exclude`."""
+def _unseen(seed: int, n: int, names: list[str], first: int) -> list[Instance]:
+    """`n` distinct instances per family drawn from UNSEEN_WORDS, indexed from `first`."""
+    r = random.Random(f"t1-families-unseen-{seed}")
+    out = []
+    for name in names:
+        seen: set[str] = set()
+        for j in range(n):
+            for _ in range(10000):
+                p = FAMILIES[name].draw(r, UNSEEN_WORDS)
+                if key_of(name, p) not in seen:
+                    break
+            else:
+                raise ValueError(f"{name}: cannot draw {n} unseen instances")
+            seen.add(key_of(name, p))
+            out.append(Instance(name, p, first + j))
+    return out
+
+
+_ONSETS = ("b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "qu", "r", "s", "t", "v",
+           "w", "x", "y", "z", "bl", "br", "ch", "cr", "dr", "fl", "gl", "gr", "kn", "pl", "pr",
+           "sh", "sk", "sl", "sn", "sp", "st", "sw", "th", "tr", "wh")  # fmt: skip
+_VOWELS = ("a", "e", "i", "o", "u", "y", "ai", "ea", "ee", "oo", "ou", "ie", "oa")
+_CODAS = ("", "", "", "b", "ck", "d", "ff", "g", "k", "l", "ll", "m", "mp", "n", "nd", "ng",
+          "nk", "p", "r", "rk", "rn", "rt", "s", "sh", "sk", "ss", "st", "t", "tch", "x", "z")  # fmt: skip
+
+
+def synthetic_name(r: random.Random) -> str:
+    """A made-up name the tokenizer splits into several tokens: 1-3 random syllables, or 4-8
+    random letters. Never a word of WORDS or UNSEEN_WORDS, nor one holding an unseen word."""
+    while True:
+        if r.random() < 0.7:
+            syllables = r.randint(1, 3)
+            w = "".join(r.choice(_ONSETS) + r.choice(_VOWELS) + r.choice(_CODAS)
+                        for _ in range(syllables))  # fmt: skip
+        else:
+            w = "".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(r.randint(4, 8)))
+        if 4 <= len(w) <= 10 and w not in WORDS and not any(u in w for u in UNSEEN_WORDS):
+            return w
+
+
+def draw_corpus(
+    seed: int, n: int, exclude: set[str], words: int = 0, synthetic: float = 0.0
+) -> Iterator[Instance]:
+    """`n` random instances over all families, none of whose keys is in `exclude`. With
+    probability `synthetic` an instance draws from 8 fresh `synthetic_name`s instead of the
+    word pool: names it can only copy from the instruction, never recall from a list."""
     pool = word_pool(words)
     r = random.Random(f"t1-corpus-{seed}")
+    fresh = random.Random(f"t1-corpus-names-{seed}")  # synthetic 0 draws what it always drew
     names = list(FAMILIES)
     i = 0
     while i < n:
         name = names[i % len(names)]
-        p = FAMILIES[name].draw(r, pool)
+        made_up: set[str] = set()
+        while synthetic > 0 and len(made_up) < 8 and (made_up or fresh.random() < synthetic):
+            made_up.add(synthetic_name(fresh))
+        p = FAMILIES[name].draw(r, tuple(sorted(made_up)) or pool)
         if key_of(name, p) in exclude:
             continue
         yield Instance(name, p, i)
@@ -386,10 +465,15 @@ def write_split(split: dict[str, list[Instance]], out: Path, seed: int) -> dict[
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="campaign config (families.* keys)")
     parser.add_argument(
-        "--out", required=True, help="writes OUT/train, OUT/heldout, OUT/families.json"
+        "--out",
+        required=True,
+        help="writes OUT/train, OUT/heldout, OUT/heldout_unseen, OUT/families.json",
     )
     parser.add_argument("--train", type=int, help="training instances per family")
     parser.add_argument("--heldout", type=int, help="held-out instances per family")
+    parser.add_argument(
+        "--heldout-unseen", type=int, help="instances per family named from UNSEEN_WORDS"
+    )
     parser.add_argument("--seed", type=int)
 
 
@@ -401,9 +485,13 @@ def main(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else (cfg.run.seed if cfg else 0)
     train = args.train if args.train is not None else (fc.train if fc else 6)
     heldout = args.heldout if args.heldout is not None else (fc.heldout if fc else 3)
+    unseen = args.heldout_unseen
+    if unseen is None:  # families.heldout_unseen
+        unseen = fc.heldout_unseen if fc else HELDOUT_UNSEEN
     names = list(fc.names) if fc and fc.names else None
-    split = make_split(seed, train, heldout, names, fc.words if fc else 0)
+    split = make_split(seed, train, heldout, names, fc.words if fc else 0, unseen)
     s = write_split(split, Path(args.out), seed)
-    print(f"t1 families: {len(s['train'])} training and {len(s['heldout'])} held-out tasks "
-          f"of {len(s['families'])} families in {args.out}")  # fmt: skip
+    print(f"t1 families: {len(s['train'])} training, {len(s['heldout'])} held-out and "
+          f"{len(s['heldout_unseen'])} unseen-name tasks of {len(s['families'])} families "
+          f"in {args.out}")  # fmt: skip
     return 0

@@ -112,7 +112,7 @@ def check_finished_campaign(
         assert (run_dir / "eval" / stage / "eval.json").is_file(), f"eval of {stage} missing"
     # summary.json (t1.eval.summary): every split x stage is a measured figure or null + a note
     summary = json.loads((run_dir / "summary.json").read_text())
-    for split in ("heldout", "train"):
+    for split in ("heldout", "heldout_unseen", "train"):
         for stage in ("sft", "ppo"):
             fig = summary[split][stage]
             assert fig is None or {"resolved", "n", "ci95", "pass_at_k"} <= set(fig), (split, fig)

@@ -143,12 +143,15 @@ FAMILIES_DIR = f"{RESULTS}/{NAME}/tasks/families"  # shared by the runs, like sy
 
 
 def family_dirs(split):
-    # t1 families: the training instances join the train pool; the eval pool holds both the
-    # training and the held-out instances (summary.json splits them by train-pool membership)
+    # t1 families: the training instances join the train pool; the eval pool holds the
+    # training, the held-out and the unseen-name instances (summary.json splits them: train by
+    # train-pool membership, heldout_unseen by FAMILIES_DIR/families.json)
     if not conf("families.enabled"):
         return []
     return [f"{FAMILIES_DIR}/train"] + (
-        [f"{FAMILIES_DIR}/heldout"] if split == "eval" else []
+        [f"{FAMILIES_DIR}/heldout", f"{FAMILIES_DIR}/heldout_unseen"]
+        if split == "eval"
+        else []
     )
 
 
