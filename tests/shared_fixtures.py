@@ -73,3 +73,37 @@ def t1_serve(model: Path, config_text: str, workdir: Path) -> Iterator[str]:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def serve_replica(model: Path, cfg: Path, extra_env: dict | None = None):
+    """A `t1 serve` replica of `model` on a free port (gloo weight groups, 60 s timeout):
+    (process, its URL). Stop it with stop_replica."""
+    cmd = [sys.executable, "-m", "t1.cli", "serve", "--config", str(cfg), "--model", str(model)]
+    proc = subprocess.Popen(
+        [*cmd, "--port", "0", "--group-timeout-s", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})},
+    )
+    line = proc.stdout.readline()
+    if not line:
+        proc.kill()
+        pytest.fail("t1 serve did not start")
+    return proc, json.loads(line)["url"]
+
+
+def stop_replica(proc) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def replica_checksums(url: str) -> dict:
+    """A t1 serve replica's GET /weights_checksum (weight_version, sha256 per tensor)."""
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/weights_checksum", timeout=60) as r:
+        return json.loads(r.read())

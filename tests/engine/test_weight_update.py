@@ -14,7 +14,6 @@ serving its old weights; a sender that already has a default process group works
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from shared_fixtures import replica_checksums, serve_replica, stop_replica
 
 from t1.config import ConfigError, ModelConfig, load_config
 from t1.engine.base import GenerateRequest, SamplingParams
@@ -48,27 +48,11 @@ CONFIG = "run: {threads: 1}\nengine: {dtype: float32, max_batch: 4}\n"
 
 
 def _serve(model: Path, cfg: Path) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "t1.cli", "serve", "--config", str(cfg), "--model", str(model)]
-    proc = subprocess.Popen(
-        [*cmd, "--port", "0", "--group-timeout-s", "60"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    line = proc.stdout.readline()
-    if not line:
-        proc.kill()
-        pytest.fail("t1 serve did not start")
-    return proc, json.loads(line)["url"]
+    return serve_replica(model, cfg)
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop_replica(proc)
 
 
 def _perturbed(seed: int) -> dict[str, torch.Tensor]:
@@ -98,8 +82,7 @@ def env(tmp_path_factory):
 
 
 def _checksums(url: str) -> dict:
-    with urllib.request.urlopen(url + "/weights_checksum", timeout=30) as r:
-        return json.loads(r.read())
+    return replica_checksums(url)
 
 
 def _differing(url: str, want: dict[str, torch.Tensor]) -> list[str]:

@@ -16,13 +16,13 @@ import os
 import socket
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from megatron_helpers import VOCAB, make_models
+from shared_fixtures import replica_checksums, serve_replica, stop_replica
 
 from t1.engine.base import GenerateRequest, SamplingParams
 from t1.engine.sglang import SGLangEngine
@@ -31,27 +31,6 @@ from t1.model.policy import load_policy, save_policy
 
 CONFIG = "run: {threads: 1}\nengine: {dtype: float32, max_batch: 4}\n"
 GREEDY = SamplingParams(temperature=0, max_new_tokens=8)
-
-
-def _serve(model: Path, cfg: Path) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "t1.cli", "serve", "--config", str(cfg), "--model", str(model)]
-    proc = subprocess.Popen(
-        [*cmd, "--port", "0", "--group-timeout-s", "60"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"},
-    )
-    line = proc.stdout.readline()
-    if not line:
-        proc.kill()
-        pytest.fail("t1 serve did not start")
-    return proc, json.loads(line)["url"]
-
-
-def _checksums(url: str) -> dict:
-    with urllib.request.urlopen(url + "/weights_checksum", timeout=60) as r:
-        return json.loads(r.read())
 
 
 def _samples(url: str) -> list[tuple]:
@@ -78,9 +57,9 @@ def test_a_trainer_push_equals_the_export_on_every_replica(tmp_path):
     save_policy(make_models(0)[0], start)
     cfg = tmp_path / "serve.yaml"
     cfg.write_text(CONFIG)
-    procs = [_serve(start, cfg), _serve(start, cfg)]
+    procs = [serve_replica(start, cfg), serve_replica(start, cfg)]
     urls = [u for _, u in procs]
-    before = _checksums(urls[0])["tensors"]
+    before = replica_checksums(urls[0])["tensors"]
     try:
         torchrun = Path(sys.executable).with_name("torchrun")
         worker = Path(__file__).parent / "push_worker.py"
@@ -104,11 +83,11 @@ def test_a_trainer_push_equals_the_export_on_every_replica(tmp_path):
         want = {n: tensor_checksum(t) for n, t in load_policy(export).state_dict().items()}
         assert want != before  # the PPO step moved the weights: the comparison can fail
         for url in urls:
-            got = _checksums(url)
+            got = replica_checksums(url)
             assert got["weight_version"] == version  # the failed push committed nothing
             assert got["tensors"] == want
         # sampling equals a replica that loaded the export from disk
-        disk, disk_url = _serve(export, cfg)
+        disk, disk_url = serve_replica(export, cfg)
         procs.append((disk, disk_url))
         ref = _samples(disk_url)
         for url in urls:
@@ -117,8 +96,4 @@ def test_a_trainer_push_equals_the_export_on_every_replica(tmp_path):
                 assert np.array_equal(a[2], b[2])
     finally:
         for proc, _ in procs:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_replica(proc)
