@@ -59,6 +59,7 @@ import torch.distributed as dist
 
 from t1.model.policy import CRITIC_FILE, CRITIC_META
 from t1.model.policy import SCHEMA_VERSION as CRITIC_SCHEMA
+from t1.records import write_json_atomic
 from t1.train.megatron import convert as C
 
 BUCKET_BYTES = 1 << 30  # 1 GiB per safetensors file
@@ -404,12 +405,10 @@ def _seal_actor(tmp: Path, out: Path, shell) -> str | None:
             f"{out}: export incomplete: {len(missing)} tensors missing {missing[:4]}, "
             f"{len(extra)} unexpected {extra[:4]}, {len(wrong)} of another shape {wrong[:4]}"
         )
-    if n > 1:
-        index = {
-            "metadata": {"total_size": total},
-            "weight_map": dict(sorted(weight_map.items())),
-        }
-        (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    if n > 1:  # HF's index format: no schema_version / status keys of ours
+        index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+        path = tmp / "model.safetensors.index.json"
+        write_json_atomic(path, index, indent=2, schema_version=None, status=None)
     config = shell.config  # as PreTrainedModel.save_pretrained writes it
     config.dtype = str(shell.dtype).split(".")[1]
     config.architectures = [type(shell).__name__]
