@@ -35,8 +35,8 @@ from t1.engine.allocation import (
 )
 from t1.model import memory, memory_breakdown, memory_spec
 from t1.run import weight_traffic
+from t1.train.launch import RDZV_PORT, in_job_step
 
-RDZV_PORT = 29500
 GIB = memory_breakdown.GIB
 
 
@@ -112,14 +112,6 @@ def replica_command(
             shlex.join(watched).replace("'$SLURM_NODEID'", "$SLURM_NODEID"),
         ]
     return [*srun, *watched]
-
-
-def in_job_step(env=None) -> bool:
-    """This process runs inside a Slurm job step (snakemake's Slurm executor runs a rule's shell
-    in `srun -n1`): a nested srun then needs --overlap or it waits for CPUs forever (measured
-    on Slurm 22.05). The batch script itself is step "batch"."""
-    env = os.environ if env is None else env
-    return bool(env.get("SLURM_STEP_ID")) and env.get("SLURM_STEP_ID") != "batch"
 
 
 def trainer_command(

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from t1.engine import allocation, launch
+from t1.engine.weight_update import version_of
 from t1.httpjson import HTTPJSONError, post_json
 from t1.run import plan
 from t1.store.lock import PidFile, die_with_parent
@@ -65,10 +66,7 @@ class FleetStepError(RuntimeError):
     """A replica step did not come up, or the fleet did not take the final weights."""
 
 
-def export_version(path: str | Path) -> str:
-    """The weight_version of an export: its resolved path, as the fleet client and the
-    trainer's distributed push stamp it (t1.engine.weight_update.version_of)."""
-    return str(Path(path).resolve())
+export_version = version_of  # an export's weight_version: the fleet's and the push's convention
 
 
 def localize(cmd: list[str]) -> list[str]:

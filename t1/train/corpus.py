@@ -45,8 +45,6 @@ from t1.config import Config
 from t1.tasks.families import WORKDIR, Instance, draw_corpus, key_of, make_split
 from t1.train.batch import Row
 
-SYNTHETIC_NAMES = 0.5  # the fraction measured in LOG.md (tests; the config's default is 0)
-
 
 def transcript(tokenizer: Any, inst: Instance) -> Row:
     """The agent's token stream for an expert solving `inst`; loss on the sampled tokens."""

@@ -34,7 +34,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-RDZV_PORT = 29500  # torchrun's c10d rendezvous (t1.run.plan.RDZV_PORT, the PPO segment's)
+RDZV_PORT = 29500  # torchrun's c10d rendezvous (the PPO segment's too: t1.run.plan)
 SELF_LAUNCHED = ("sft", "critic_warmup")
 
 
@@ -58,6 +58,14 @@ def train_argv(args: argparse.Namespace) -> list[str]:
     if getattr(args, "restart_stage", False):
         out.append("--restart-stage")
     return out
+
+
+def in_job_step(env: Mapping[str, str] | None = None) -> bool:
+    """This process runs inside a Slurm job step (snakemake's Slurm executor runs a rule's shell
+    in `srun -n1`): a nested srun then needs --overlap or it waits for CPUs forever (measured
+    on Slurm 22.05). The batch script itself is step "batch"."""
+    env = os.environ if env is None else env
+    return bool(env.get("SLURM_STEP_ID")) and env.get("SLURM_STEP_ID") != "batch"
 
 
 def slurm_command(
@@ -116,5 +124,5 @@ def launch_command(
     hosts, why = allocation_hosts(cfg)
     if not hosts:
         raise LaunchError(f"--stage {args.stage}: cannot list the Slurm allocation's nodes: {why}")
-    in_step = bool(env.get("SLURM_STEP_ID")) and env.get("SLURM_STEP_ID") != "batch"
+    in_step = in_job_step(env)
     return slurm_command(cfg, argv, args.stage, hosts, env["SLURM_JOB_ID"], in_step)
