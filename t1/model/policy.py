@@ -98,6 +98,11 @@ def hf_config(cfg: ModelConfig, vocab_size: int):
     raise ValueError(f"unknown model.arch {cfg.arch!r} (known: qwen3_moe, qwen3_5_moe)")
 
 
+def causal_lm_class(config):
+    """The transformers causal-LM class of an HF config (Qwen3.5-MoE or Qwen3-MoE)."""
+    return _causal_lm_class(_arch_of(config))
+
+
 def _causal_lm_class(arch: str):
     if arch == "qwen3_moe":
         from transformers import Qwen3MoeForCausalLM
@@ -210,11 +215,23 @@ class Critic(nn.Module):
 
     @classmethod
     def from_policy(cls, policy: nn.Module, seed: int = 0) -> Critic:
-        """A critic whose backbone starts from the policy's decoder weights (head fresh)."""
+        """A critic whose backbone starts from the policy's decoder weights, its head fresh
+        (`fresh_value_head(config, seed)`: what a per-rank trainer builds without the policy)."""
         with _seeded(seed):
             critic = cls(policy.config)
         critic.backbone.load_state_dict(policy.model.state_dict())
+        with torch.no_grad():
+            for k, v in fresh_value_head(policy.config, seed).items():
+                getattr(critic.value_head, k).copy_(v)
         return critic.eval()
+
+
+def fresh_value_head(config, seed: int) -> dict[str, torch.Tensor]:
+    """A cold critic's `Linear(hidden, 1)`: weight ~ N(0, initializer_range) from its own
+    generator seeded `seed`, bias 0 (float32; {"weight": [1, H], "bias": [1]})."""
+    g = torch.Generator().manual_seed(int(seed))
+    w = torch.empty(1, config.hidden_size).normal_(0.0, config.initializer_range, generator=g)
+    return {"weight": w, "bias": torch.zeros(1)}
 
 
 def build_critic(cfg: ModelConfig, vocab_size: int, seed: int = 0) -> Critic:

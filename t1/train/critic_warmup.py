@@ -11,7 +11,8 @@ minibatch's values before that step (`critic_warmup_step` events). Writes DIR/cr
 critic weights only), DIR/ckpt/ (t1.store.ckpt checkpoints), DIR/DONE.json; resumable (the skeleton:
 t1/train/stage.py).
 
-Either `train.backend` (the trainer from t1.train.megatron.plan.build, after the memory check:
+Either `train.backend` (the trainer from t1.train import roles
+from t1.train.megatron.plan.build, after the memory check:
 the critic alone). With megatron and train.gpus > 1 it runs under torchrun like the PPO stage
 (per-rank checkpoints, rank 0 writes; t1/train/stage.py); `t1 train` started outside torchrun
 launches itself (inside a Slurm allocation: srun + torchrun over the allocation's nodes) or says
@@ -31,10 +32,10 @@ import math
 import torch
 
 from t1.config import Config, PPOConfig
-from t1.model.policy import Critic, load_policy, torch_dtype
 from t1.ppo.advantages import gae, token_rewards
 from t1.ppo.losses import value_loss
 from t1.ppo.metrics import explained_variance
+from t1.train import roles
 from t1.train.batch import Batch
 from t1.train.megatron.plan import build as build_trainer  # train.backend: hf | megatron
 from t1.train.stage import run_stage
@@ -61,8 +62,7 @@ def recalibrate(trainer, batch: Batch, ppo: PPOConfig, gap_ema: float | None) ->
 
 def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
     def build():
-        policy = load_policy(f"{args.source}/actor", dtype=torch_dtype(cfg.model.train_dtype))
-        critic = Critic.from_policy(policy, seed=cfg.run.seed + 1)
+        critic = roles.critic(cfg, actor_dir=f"{args.source}/actor")  # cold: backbone + head
         return build_trainer(cfg, None, critic)
 
     c = cfg.critic_warmup

@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from t1.config import Config
-from t1.model.policy import Critic, load_policy, torch_dtype
 from t1.records import write_json_atomic
 from t1.store.ckpt import list_step_dirs
 from t1.store.incidents import IncidentLog
 from t1.supervise.child import EXIT_REQUEUE, heartbeat
+from t1.train import roles
 from t1.train.batch import collate
 from t1.train.critic_warmup import recalibrate
 from t1.train.data import DataError, load_rows
@@ -53,6 +53,7 @@ from t1.train.megatron.stage import (
     lead,
     metrics_log,
     open_stage_dir,
+    record_load,
     world_size,
 )
 from t1.train.state import load_tokenizer_for
@@ -60,13 +61,15 @@ from t1.train.step import ppo_step
 
 
 def _fresh(cfg: Config, source: Path, critic_dir: str | None):
-    dtype = torch_dtype(cfg.model.train_dtype)
-    actor = load_policy(source / "actor", dtype=dtype)
+    """The first step's trainer: the actor of source/actor, the warmed-up critic of
+    critic_dir/critic or a cold one (t1.train.roles: whole modules on hf, per-rank reads on
+    megatron)."""
+    actor = roles.actor(cfg, source / "actor")
     warm = bool(critic_dir) and cfg.critic_warmup.enabled
     if warm:
-        critic = Critic.from_pretrained(Path(critic_dir) / "critic", dtype=dtype)
+        critic = roles.critic(cfg, warm=critic_dir)
     else:
-        critic = Critic.from_policy(actor, seed=cfg.run.seed + 1).to(dtype)
+        critic = roles.critic(cfg, actor_dir=source / "actor", policy=actor)
     trainer = build_trainer(cfg, actor, critic)
     progress = {
         "step": 0,
@@ -80,9 +83,8 @@ def _fresh(cfg: Config, source: Path, critic_dir: str | None):
 
 def _resumed(cfg: Config, source: Path, payload: dict[str, Any]):
     """Models shaped like source/actor, then everything from the saved state."""
-    dtype = torch_dtype(cfg.model.train_dtype)
-    actor = load_policy(source / "actor", dtype=dtype)
-    critic = Critic(actor.config).to(dtype)
+    actor = roles.actor(cfg, source / "actor", shape_only=True)
+    critic = roles.critic(cfg, actor_dir=source / "actor", shape_only=True)
     trainer = build_trainer(cfg, actor, critic)
     trainer.load_state_dict(payload["trainer"])
     return trainer, dict(payload["progress"])
@@ -240,6 +242,7 @@ def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
             trainer, progress = state_after(cfg, source, incidents)
         else:
             trainer, progress = _fresh(cfg, source, args.critic)
+            record_load(out.path, trainer)  # each rank: what it read of the HF weights
         rows, stats = _rows(cfg, args.inputs, args.tokenizer)
     except (ChainBroken, LayoutChanged) as e:
         print(f"t1 train ppo: {e}")

@@ -11,7 +11,8 @@ AdamW as in PPO with `sft.lr`; `sft.epochs` passes of `sft.batch` rows, shuffled
 Writes DIR/actor (the supervised checkpoint every campaign starts from), DIR/ckpt/ (t1.store.ckpt),
 DIR/metrics.jsonl (`sft_step` events), DIR/DONE.json; resumable (the skeleton: t1/train/stage.py).
 
-Either `train.backend` (the trainer from t1.train.megatron.plan.build, after the memory check:
+Either `train.backend` (the trainer from t1.train import roles
+from t1.train.megatron.plan.build, after the memory check:
 the actor alone). With megatron and train.gpus > 1 it runs under torchrun like the PPO stage
 (per-rank checkpoints, rank 0 writes; t1/train/stage.py); `t1 train` started outside torchrun
 launches itself (inside a Slurm allocation: srun + torchrun over the allocation's nodes) or says
@@ -24,8 +25,8 @@ import argparse
 import dataclasses
 
 from t1.config import Config
-from t1.model.policy import load_policy, torch_dtype
 from t1.ppo.losses import masked_mean
+from t1.train import roles
 from t1.train.megatron.plan import build as build_trainer  # train.backend: hf | megatron
 from t1.train.stage import run_stage
 
@@ -38,7 +39,7 @@ def nll(logp, batch):
 
 def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
     def build():
-        actor = load_policy(args.source, dtype=torch_dtype(cfg.model.train_dtype))
+        actor = roles.actor(cfg, args.source)  # whole on hf; each rank its slices on megatron
         no_replay = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, replay=False))
         return build_trainer(no_replay, actor, None, actor_lr=cfg.sft.lr)
 

@@ -45,6 +45,7 @@ from t1.train.megatron.stage import (
     lead,
     metrics_log,
     open_stage_dir,
+    record_load,
     world_size,
 )
 from t1.train.state import load_tokenizer_for, run_epochs
@@ -111,6 +112,7 @@ def run_stage(
     try:
         saved = out.load()  # a world-size-1 checkpoint above it (or back): LayoutChanged
         trainer = build()
+        record_load(out.path, trainer)  # each rank: what it read of the HF weights
         if saved is not None:
             trainer.load_state_dict(saved["trainer"])  # another torchrun layout: LayoutChanged
     except LayoutChanged as e:

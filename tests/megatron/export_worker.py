@@ -11,7 +11,7 @@ that layout, then `export_hf` of both roles into DIR/NAME/actor and DIR/NAME/cri
 small buckets (BUCKET bytes, so each leader writes several files), and per rank
 DIR/NAME/rank_R.json: the exporter's peak extra bytes, this rank's shard bytes of each role
 (its parameters), whether it leads its stage, its files, tensors and bytes. Rank 0 also saves
-`trainer.hf_state` of both roles (trainer._collect_hf: leaders stream to rank 0) in
+`trainer.hf_state` of both roles (collect.collect_hf: leaders stream to rank 0) in
 DIR/NAME/hf_state.pt.
 
 --controls (on the first layout's trainer), the negative controls:

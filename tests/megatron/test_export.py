@@ -134,7 +134,7 @@ def _check_layout(out: Path, ref: Path, family: str, layout: str) -> dict:
     assert _diff(_raw(ref / family / "critic"), _raw(d / "critic")) == []
     want = Critic.from_pretrained(ref / family / "critic").state_dict()
     assert _diff(want, Critic.from_pretrained(d / "critic").state_dict()) == []
-    # trainer.hf_state above world size 1 (trainer._collect_hf): the whole role on rank 0
+    # trainer.hf_state above world size 1 (collect.collect_hf): the whole role on rank 0
     states = torch.load(d / "hf_state.pt", weights_only=False)
     assert _diff(load_policy(ref / family / "actor").state_dict(), states["actor"]) == []
     assert _diff(want, states["critic"]) == []

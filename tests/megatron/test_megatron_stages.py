@@ -302,3 +302,29 @@ def test_in_a_slurm_job_step_t1_train_launches_both_ranks_through_srun_torchrun(
     assert "torchrun --nnodes=1 --nproc-per-node=2" in mg, mg
     assert mg.count("DONE.json exists; nothing to do") == 2, mg  # one per rank
     assert "launching" not in hf and hf.count("DONE.json exists; nothing to do") == 1, hf
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_each_rank_reads_only_its_share_of_the_starting_weights(runs):
+    """`t1 train` on megatron reads each rank's slices of the HF directory (hf_load), never the
+    whole model: at EP 2 each rank reads the dense tensors and half of the experts; at DP 2
+    (experts replicated) each reads everything - the control that shows the figure can move."""
+
+    def record(name, rank):
+        p = runs["outs"] / name / "weights_load" / f"rank_{rank}.json"
+        return json.loads(p.read_text())
+
+    for name, role in (("sft", "actor"), ("critic", "critic"), ("sft_dp2", "actor")):
+        for rank in (0, 1):
+            doc = record(name, rank)
+            assert doc["rank"] == rank and doc["world_size"] == 2 and doc["status"] == "complete"
+            got = doc["roles"][role]
+            assert got["directory"].endswith("actor") and got["tensors_read"] > 0
+            frac = got["bytes_read"] / got["checkpoint_bytes"]
+            if name == "sft_dp2":
+                assert frac == 1.0, (name, rank, got)
+            else:
+                assert frac < 0.9, (name, rank, got)  # EP 2: half of the experts
+    a, b = (record("sft", r)["roles"]["actor"]["bytes_read"] for r in (0, 1))
+    assert a == b  # the same share on both ranks (dense + one half of the experts each)

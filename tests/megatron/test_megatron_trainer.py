@@ -276,7 +276,12 @@ def test_train_stage_ppo_with_the_megatron_backend(tmp_path):
     assert abs(ev["hf"]["policy_loss"] - ev["megatron"]["policy_loss"]) < 1e-4
     a = load_policy(outs["hf"] / "actor").state_dict()
     b = load_policy(outs["megatron"] / "actor").state_dict()
-    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+    s = load_policy(sft / "actor").state_dict()
+    # Adam divides by sqrt(v) + eps: an element whose gradient is near eps takes an O(lr) step
+    # whose size follows its fp32 rounding, so compare each tensor to its own update (measured:
+    # worst 1.2 % of the update, an expert down_proj; a wrong weight or head is ~100 %)
+    worst = max((a[k] - b[k]).abs().max() / (a[k] - s[k]).abs().max().clamp_min(1e-12) for k in a)
+    assert worst < 0.05, worst
     # a second step resumes the megatron checkpoint of the first
     nxt = tmp_path / "ppo_megatron_2"
     assert cli.main(_args(paths["megatron"], rollout, outs["megatron"], nxt)) == 0

@@ -11,7 +11,9 @@ through `RouterReplay`), `trainer` (`MegatronTrainer`, the `t1.train.protocol.Tr
 backend), `pipeline` (PP > 1: the trainer's forwards and updates through megatron-core's
 pipeline schedule), `residency` (actor / critic offload in turn), `vocab_logp` (chunked
 vocab-parallel log-probs), `plan` (the memory plan checked before launch),
-`dataparallel` (rows per DP rank, gradient reduction, global grad norm), `checkpoint` (one file
+`dataparallel` (rows per DP rank, gradient reduction, global grad norm), `hf_load` (one
+rank's slices read straight from an HF checkpoint's shards), `collect` (a role's whole HF state
+on rank 0, for the tests' comparisons), `checkpoint` (one file
 per rank in t1.store.ckpt's atomic protocol), `stage` (the PPO stage's directory under torchrun:
 per-rank checkpoints, rank 0 writes), `export` (the sharded HF export without a gather;
 `stage_tensors`, the weight stream each pipeline stage's leader feeds), `attention` (the core

@@ -45,6 +45,7 @@ __all__ = [
     "lead",
     "metrics_log",
     "open_stage_dir",
+    "record_load",
 ]
 
 
@@ -62,6 +63,23 @@ def open_stage_dir(out: str | Path, stage: str, keep: int | None = None) -> Stag
     if world_size() == 1:
         return StageDir(out, stage, keep=keep)
     return ShardedStageDir(out, stage, keep=keep)
+
+
+def record_load(out: str | Path, trainer: Any) -> None:
+    """DIR/weights_load/rank_R.json: what this rank read of the HF weights it started from
+    (MegatronTrainer.loaded: per role the directory, bytes read of the checkpoint's bytes, files
+    opened, peak host memory of the load); nothing for a trainer that loaded none (hf, resume)."""
+    loaded = getattr(trainer, "loaded", None)
+    if not loaded:
+        return
+    from t1.records import write_json_atomic
+
+    rank = int(os.environ.get("RANK", "0"))
+    doc = {"rank": rank, "world_size": world_size(), "roles": loaded}
+    write_json_atomic(Path(out) / LOAD_RECORDS / f"rank_{rank}.json", doc)
+
+
+LOAD_RECORDS = "weights_load"
 
 
 class _NoLog:

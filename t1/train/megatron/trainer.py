@@ -1,54 +1,47 @@
 """`MegatronTrainer`: the `t1.train.protocol.Trainer` of the megatron backend.
 
     from t1.train.megatron.trainer import MegatronTrainer
-    trainer = MegatronTrainer(hf_actor, hf_critic, actor_lr=1e-4, critic_lr=1.5e-3)
+    trainer = MegatronTrainer(actor, critic, actor_lr=1e-4, critic_lr=1.5e-3)
     metrics = t1.train.step.ppo_step(trainer, batch, cfg.ppo)   # the same PPO step as hf
 
-It takes the HF actor and critic (t1.model.policy), converts their weights into megatron-core
-GPTModels (convert.py) and keeps the HF modules as export shells (config, names, shapes):
-`save_weights` writes the hf backend's policy / critic directories (what the engine, SGLang
-included, loads after each step), each pipeline stage's leader its own tensors, no gather
-(export.py). The math is the hf backend's: the same token alignment
-(t1.train.hf.token_logp / token_entropy / shift_values), the same loss functions from
-t1.train.step, AdamW with the same groups, betas, decay and clipping, so one PPO step's loss and
-gradients agree with hf to fp32 rounding (tests/megatron/test_megatron_trainer.py).
+A role (actor, critic) is either an HF module (t1.model.policy; its weights converted here,
+convert.py) or a `t1.train.roles.Source`: an HF shell on the meta device plus the directory
+each rank reads only its own slices from (hf_load.py; stats in `trainer.loaded`), which is how
+`t1 train` starts every megatron stage. The HF modules stay as export shells (config, names,
+shapes): `save_weights` writes the hf backend's policy / critic directories (what the engine,
+SGLang included, loads), each pipeline stage's leader its own tensors, no gather (export.py).
+The math is the hf backend's (t1.train.hf's token alignment, t1.train.step's losses, AdamW's
+groups, betas, decay, clipping): one step agrees with hf to fp32 rounding
+(tests/megatron/test_megatron_trainer.py).
 
-Precision: float32 models train with torch AdamW on the parameters (the hf backend's, exact);
-bfloat16 models (model.train_dtype) with megatron-core's own mixed-precision optimizer
-(`get_megatron_optimizer`, DistributedOptimizer: fp32 main weights, fp32 gradient buffers, the
-same Adam settings and clipping; main_weights.py), so small updates are not rounded away.
+Precision: float32 models train with torch AdamW on the parameters (exact vs hf); bfloat16 with
+megatron-core's DistributedOptimizer (`get_megatron_optimizer`: fp32 main weights and gradient
+buffers, the same Adam settings; main_weights.py), so small updates are not rounded away.
 
-Log-probs: the actor's last hidden states go through the output layer `logp_chunk` tokens at a
-time (default 4096, what t1/model/memory.py plans for), vocab-parallel over TP (each rank its
-V/TP rows; max, sum-exp and target logit reduced over the TP group) and checkpointed per chunk,
-so full-vocabulary logits never exist (vocab_logp.py).
+Log-probs: the last hidden states go through the output layer `logp_chunk` tokens at a time
+(default 4096, what t1/model/memory.py plans for), vocab-parallel over TP and checkpointed per
+chunk, so full-vocabulary logits never exist (vocab_logp.py).
 
-Parallelism: TP / EP / ETP from `parallel` (runtime.setup), DP = the rest of the world. Each
-model is wrapped in megatron-core's DistributedDataParallel (grad buffers; dense gradients
-all-reduced over the data-parallel group, expert gradients over the expert-data-parallel group)
-and every update ends in `finalize_model_grads` with the per-token loss normalization; each
-rank works on its share of the rows (dataparallel.py). Under `torchrun --nproc-per-node 2`
-(gloo, CPU) EP 2 / DP 2 steps give the world-size-1 weights to fp32 rounding
-(tests/megatron/test_megatron_parallel.py). Pipeline parallelism (PP > 1): every forward and
-update runs through megatron-core's own schedule (`get_forward_backward_func`, 1F1B) in
-micro-batches of `forward_rows` rows, R3 replay set per micro-batch on every stage, log-probs
-(vocab_logp.py) and values on the last stage, broadcast from it over the pipeline group; an
-update is a forward-only schedule for the minibatch's loss and metrics (every rank), then the
-training schedule back-propagating their exact gradient (pipeline.py). PP 2, TP 2 + SP and
-TP 2 x PP 2 x EP 2 (Qwen3.5, world size 8) equal world size 1 on the CPU
-(tests/megatron/test_megatron_pipeline.py).
+Parallelism: TP / EP / ETP from `parallel` (runtime.setup), DP = the rest of the world; each
+model in megatron-core's DistributedDataParallel, every update ending in `finalize_model_grads`
+with the per-token loss normalization, each rank on its share of the rows (dataparallel.py).
+PP > 1 runs every forward and update through megatron-core's own schedule
+(`get_forward_backward_func`, 1F1B) in micro-batches of `forward_rows` rows, R3 replay set per
+micro-batch on every stage, log-probs and values on the last stage and broadcast over the
+pipeline group (pipeline.py). EP 2 / DP 2, PP 2, TP 2 + SP and TP 2 x PP 2 x EP 2 (Qwen3.5,
+world size 8) equal world size 1 on the CPU (tests/megatron/test_megatron_parallel.py,
+test_megatron_pipeline.py).
 
-State: at world size 1 `state_dict` holds actor and critic in HF names (readable by either
-backend), both optimizers, RNG, the shuffling generator, counters; at any world size
-`checkpoint.py` writes one file per rank (its shard, its optimizer state, its RNG) inside
-t1.store.ckpt's atomic protocol (`t1 train --stage ppo` under torchrun: stage.py), and above world
-size 1 `load_state_dict` takes such a checkpoint ({"checkpoint": t1.store.ckpt.Checkpoint}). The
-conversion is exact, so resume is bit-identical in deterministic mode.
+State: at world size 1 `state_dict` holds both roles in HF names (readable by either backend),
+both optimizers, RNG, the shuffling generator, counters; at any world size `checkpoint.py`
+writes one file per rank inside t1.store.ckpt's atomic protocol, which `load_state_dict` takes
+above world size 1 ({"checkpoint": t1.store.ckpt.Checkpoint}). Resume is bit-identical in
+deterministic mode.
 
 Co-residence: actor and critic live on the same devices; with `offload=True` the role not in
-use is moved (weights and optimizer state) to the CPU between calls (residency.py), so each role
-alone must fit the budget `t1 plan-memory` computed (plan.py checks before launch). A bf16 role
-also releases its DDP gradient buffers while it waits; an fp32 role's (`main_grad`) stay.
+use waits on the CPU (weights and optimizer state; residency.py), so each role alone must fit
+the budget (plan.py checks before launch). A bf16 role also releases its DDP gradient buffers
+while it waits; an fp32 role's (`main_grad`) stay.
 """
 
 from __future__ import annotations
@@ -106,8 +99,11 @@ class MegatronTrainer:
 
         self.world = dist.get_world_size()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.hf_actor, self.hf_critic = actor, critic
-        ref = actor if actor is not None else critic
+        # a role is an HF module (its weights converted here) or a roles.Source (an HF shell on
+        # the meta device + the directory this rank reads its slices from: hf_load)
+        self.hf_actor, self.hf_critic = _shell(actor), _shell(critic)  # export shells
+        self.loaded: dict[str, dict[str, Any]] = {}  # per role: hf_load.LoadStats of this rank
+        ref = self.hf_actor if actor is not None else self.hf_critic
         self.hf_config = ref.config
         dtype = next(ref.parameters()).dtype
         if dtype not in (torch.float32, torch.bfloat16):
@@ -166,10 +162,24 @@ class MegatronTrainer:
             host_state=self.host_state,
         )
 
-    def _build(self, kind: str, tc, hf: torch.nn.Module) -> torch.nn.Module:
+    def _build(self, kind: str, tc, role) -> torch.nn.Module:
+        from t1.train.roles import Source
+
         build = M.build_actor if kind == "actor" else M.build_critic
         model = build(tc, self.hf_config, self.attention)
-        self._load(kind, model, hf.state_dict())
+        if not isinstance(role, Source):
+            self._load(kind, model, role.state_dict())
+        elif role.directory is not None:  # this rank's slices only, straight from the shards
+            from dataclasses import asdict
+
+            from t1.train.megatron import hf_load
+
+            stats = hf_load.load_into(
+                model, role.directory, self.hf_config, kind, *hf_load.this_rank(self.par),
+                value_head=role.value_head,
+            )  # fmt: skip
+            self.loaded[kind] = {"directory": str(role.directory), **asdict(stats)}
+        # else: shape only, the caller restores a checkpoint next (load_state_dict)
         return model.to(self.device)
 
     def _load(self, kind: str, model: torch.nn.Module, hf_state: dict[str, torch.Tensor]) -> None:
@@ -188,11 +198,13 @@ class MegatronTrainer:
 
     def hf_state(self, kind: str) -> dict[str, torch.Tensor]:
         """The role's weights in HF names. Above world size 1 a collective (every rank calls
-        it): the stage leaders stream it to rank 0 one tensor at a time (_collect_hf);
+        it): the stage leaders stream it to rank 0 one tensor at a time (collect.py);
         rank 0 gets the whole role, every other rank {}."""
         model = self.actor if kind == "actor" else self.critic
         if self.world > 1:
-            return _collect_hf(self, kind)
+            from t1.train.megatron.collect import collect_hf
+
+            return collect_hf(self, kind)
         local = C.local_state(model)
         return {k: v.clone() for k, v in C.mcore_to_hf(local, self.hf_config, kind).items()}
 
@@ -451,6 +463,11 @@ class MegatronTrainer:
                 self.last_export = export_hf(self, kind, out_dir / kind)
 
 
+def _shell(role) -> torch.nn.Module | None:
+    """The HF module of a role (a module, or a roles.Source's meta shell)."""
+    return getattr(role, "shell", role)
+
+
 def _ddp(model: torch.nn.Module, distributed_optimizer: bool = False):
     """megatron-core's DistributedDataParallel around `model` (fp32 grad buffers, no overlap;
     the distributed optimizer's parameter buffers for bf16): the gradient reduction of this
@@ -461,38 +478,6 @@ def _ddp(model: torch.nn.Module, distributed_optimizer: bool = False):
 
     cfg = ddp_config(distributed_optimizer)
     return DistributedDataParallel(config=model.config, ddp_config=cfg, module=model)
-
-
-def _collect_hf(trainer: MegatronTrainer, kind: str) -> dict[str, torch.Tensor]:
-    """The role's HF state dict on rank 0, {} elsewhere (every rank calls it): the stage
-    leaders stream export.stage_tensors to rank 0 one tensor at a time; no other rank holds
-    more than its shard and one tensor."""
-    import torch.distributed as dist
-
-    from t1.train.megatron.export import comm_device, coordinates, stage_tensors
-
-    rank, coords = dist.get_rank(), coordinates()  # before any send: rank 0 waits in none
-    leaders = sorted({min(r for r, c in enumerate(coords) if c[1] == s) for _, s, _, _ in coords})
-    got: dict[str, torch.Tensor] = {}
-    for name, t in stage_tensors(trainer, kind):
-        if t is not None and rank == 0:
-            got[name] = t.detach().cpu().clone()
-        elif t is not None:
-            dist.send_object_list([(name, tuple(t.shape), t.dtype)], dst=0)
-            dist.send(t.contiguous(), dst=0)
-    if rank in leaders[1:]:
-        dist.send_object_list([None], dst=0)
-    for src in leaders[1:] if rank == 0 else []:
-        while True:
-            box = [None]
-            dist.recv_object_list(box, src=src)
-            if box[0] is None:
-                break
-            buf = torch.empty(box[0][1], dtype=box[0][2], device=comm_device())
-            dist.recv(buf, src=src)
-            got[box[0][0]] = buf.cpu()
-    dist.barrier()
-    return C.stack_experts(got, trainer.hf_config.num_experts) if rank == 0 else {}
 
 
 _whole_sequence = R.whole_sequence  # the routing check's TP gather (replay.py)
