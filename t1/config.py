@@ -282,11 +282,12 @@ class PretrainConfig:
     """Pre-training on a generated, unexecuted corpus of solved family tasks (t1.train.corpus)."""
 
     examples: int = 0  # corpus transcripts; 0 = no pre-training stage (SFT starts from init)
-    # rows: a full transcript (system prompt and all) with probability full_fraction, else `pack`
-    # transcripts without the system turn back to back (more tool calls per token trained)
+    # rows: a full transcript with probability full_fraction, else `pack` without the system turn
     full_fraction: float = 1.0
     pack: int = 1
     synthetic_names: float = 0.0  # fraction of transcripts named with made-up words (copying)
+    copy_steps: int = 0  # copy warm-up steps before the corpus (t1.train.copy_warmup); 0 = none
+    copy_batch: int = 32  # rows per copy warm-up step
     epochs: int = 1
     lr: float = 1e-3
     warmup_steps: int = 20  # linear learning-rate warm-up over the first optimizer steps

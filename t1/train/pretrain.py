@@ -11,15 +11,22 @@ here, from the config's seed, so a rerun makes the same rows. Writes DIR/actor (
 from it), DIR/ckpt/, DIR/metrics.jsonl (`pretrain_step` events), DIR/DONE.json; resumable.
 One process, the hf trainer whatever `train.backend` (its warm-up sets the torch optimizer's
 learning rate): under torchrun (WORLD_SIZE > 1) it is refused (exit 2).
+
+With `pretrain.copy_steps` > 0 a copy warm-up runs first, as a stage of its own in
+DIR/copy_warmup (t1.train.copy_warmup: `copy_steps` steps of `copy_batch` rows of made-up
+names to repeat; same optimizer settings, resumable, skipped once its DONE.json exists), and
+the corpus stage starts from DIR/copy_warmup/actor.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
 from t1.config import Config
 from t1.model.policy import load_policy, torch_dtype
+from t1.train.copy_warmup import copy_rows
 from t1.train.corpus import corpus_rows
 from t1.train.megatron.stage import world_size
 from t1.train.sft import nll
@@ -45,10 +52,13 @@ def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
         return rows, {"trajectories": len(rows), "rows": len(rows), "tokens": tokens,
                       "source": "t1.train.corpus"}  # fmt: skip
 
-    def build():
-        actor = load_policy(args.source, dtype=torch_dtype(cfg.model.train_dtype))
-        no_replay = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, replay=False))
-        return build_trainer(no_replay, actor, None, actor_lr=p.lr)
+    def builder(source):
+        def build():
+            actor = load_policy(source, dtype=torch_dtype(cfg.model.train_dtype))
+            no_replay = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, replay=False))
+            return build_trainer(no_replay, actor, None, actor_lr=p.lr)
+
+        return build
 
     def update(trainer, mb):
         # linear warm-up keyed on the trainer's own update counter (saved in its checkpoints,
@@ -59,8 +69,28 @@ def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
             group["lr"] = lr
         return dict(trainer.actor_update(mb, nll), lr=lr)
 
+    source = args.source
+    if p.copy_steps > 0:
+        warm = argparse.Namespace(**{**vars(args), "out": str(Path(args.out) / COPY_DIR)})
+
+        def copy_of(tokenizer):
+            rows = copy_rows(cfg, tokenizer)
+            return rows, {"rows": len(rows), "tokens": sum(len(r.ids) for r in rows),
+                          "source": "t1.train.copy_warmup"}  # fmt: skip
+
+        rc = run_stage(
+            cfg, warm, stop, stage="copy_warmup", data={}, build=builder(source), update=update,
+            epochs=1, batch=p.copy_batch, save_every=p.save_every,
+            weights={"actor": True, "critic": False}, rows_of=copy_of,
+        )  # fmt: skip
+        if rc != 0 or not (Path(warm.out) / "DONE.json").exists():
+            return rc  # stopped (75) or --max-steps inside the warm-up: rerun to go on
+        source = str(Path(warm.out) / "actor")
     return run_stage(
-        cfg, args, stop, stage="pretrain", data={}, build=build, update=update, epochs=p.epochs,
-        batch=p.batch, save_every=p.save_every, weights={"actor": True, "critic": False},
-        rows_of=rows_of,
+        cfg, args, stop, stage="pretrain", data={}, build=builder(source), update=update,
+        epochs=p.epochs, batch=p.batch, save_every=p.save_every,
+        weights={"actor": True, "critic": False}, rows_of=rows_of,
     )  # fmt: skip
+
+
+COPY_DIR = "copy_warmup"  # DIR/copy_warmup: the copy warm-up's own stage directory
