@@ -86,6 +86,7 @@ def test_unseen_split_has_64_instances_named_only_from_the_unseen_pool(tmp_path,
 
 
 def test_no_training_stage_holds_an_unseen_word(tmp_path, cfg, tok):
+    from t1.train.copy_warmup import copy_rows
     from t1.train.corpus import corpus_rows
 
     split = _split(cfg)
@@ -93,6 +94,7 @@ def test_no_training_stage_holds_an_unseen_word(tmp_path, cfg, tok):
     stages = {
         "tokenizer corpus": TT.default_corpus(),
         "pre-training rows": tok.batch_decode([r.ids for r in corpus_rows(cfg, tok)]),
+        "copy warm-up rows": tok.batch_decode([r.ids for r in copy_rows(cfg, tok)]),
         "family train split (SFT experts, PPO pool)": _dir_texts(tmp_path / "families" / "train"),
         "seed tasks of the train pool": [
             t for d in cfg.tasks.train_dirs for t in TT.task_texts([d], cap_bytes=10**9)
@@ -133,7 +135,7 @@ def test_the_trained_tokenizer_splits_every_unseen_word(cfg, tok):
 def test_pretraining_names_half_its_transcripts_with_made_up_multi_token_names(cfg, tok):
     """pretrain.synthetic_names (SYNTHETIC_NAMES: the fraction measured in LOG.md): made-up
     names, thousands of them, none recallable from a list, most of them several tokens, none
-    holding an unseen word; corpus_rows reads the key (0 in the tiny config: the pool only)."""
+    holding an unseen word; corpus_rows reads the key (the tiny config: 0.5)."""
     fc, p = cfg.families, cfg.pretrain
     insts = list(draw_corpus(cfg.run.seed, p.examples, set(), fc.words, SYNTHETIC_NAMES))
     pool = set(word_pool(fc.words))
@@ -166,8 +168,8 @@ def test_t1_families_writes_the_unseen_split_beside_the_others(tmp_path):
 
 
 def test_the_pretraining_rows_follow_pretrain_synthetic_names(tok):
-    """The key does what it says: 0 (the tiny default) names every transcript from the pool;
-    1 names none from it."""
+    """The key does what it says: 0 names every transcript from the pool; 1 names none from
+    it (the tiny config: 0.5)."""
     from t1.train.corpus import corpus_rows
 
     pool = set(word_pool(load_config(TINY).families.words))

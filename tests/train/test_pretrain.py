@@ -51,3 +51,58 @@ def test_pretrain_refuses_without_examples_or_tokenizer(tmp_path, capsys):
     assert t1_main(["train", "--config", str(cfg), "--stage", "sft", "--from", str(init),
                     "--out", str(tmp_path / "b")]) == 2  # fmt: skip
     assert "needs --in" in capsys.readouterr().out
+
+
+def test_copy_exercises_are_solved_by_copying_and_only_by_it():
+    """Each row: made-up names, ` >`, the same names again; the loss covers the repeat alone,
+    whose tokens are exactly the first list's (so copying predicts every one of them); no row
+    holds a word of the families' lists (WORDS, UNSEEN_WORDS); the seed fixes the rows."""
+    from t1.agent.tokenizer import load_tokenizer
+    from t1.config import load_config
+    from t1.tasks.families import UNSEEN_WORDS, WORDS
+    from t1.train.copy_warmup import SEPARATOR, copy_rows
+
+    bpe_tokenizer()
+    tok = load_tokenizer(BPE_CACHE.expanduser())
+    cfg = load_config("workflow/config/tiny.yaml", {"pretrain.copy_steps": 5})
+    rows = copy_rows(cfg, tok)
+    assert len(rows) == 5 * cfg.pretrain.copy_batch
+    sep = len(tok.encode(SEPARATOR, add_special_tokens=False))
+    for r in rows:
+        k = r.loss_mask.index(True)
+        assert all(r.loss_mask[k:]) and not any(r.loss_mask[:k])
+        assert r.ids[k:] == r.ids[: k - sep]  # the repeat is the list, token for token
+        names = tok.decode(r.ids[k:]).split()
+        assert 3 <= len(names) <= 8
+        stems = {n.split(".")[0] for n in names}
+        assert not stems & set(WORDS) and not [n for n in stems for u in UNSEEN_WORDS if u in n]
+    assert [r.ids for r in rows] == [r.ids for r in copy_rows(cfg, tok)]
+    other = load_config("workflow/config/tiny.yaml", {"pretrain.copy_steps": 5, "run.seed": 1})
+    assert [r.ids for r in rows] != [r.ids for r in copy_rows(other, tok)]
+
+
+def test_pretrain_runs_the_copy_warmup_first_and_starts_the_corpus_from_it(tmp_path):
+    """pretrain.copy_steps does what it says: DIR/copy_warmup is a stage of its own (its steps,
+    its DONE.json, resumable) and the corpus stage starts from its actor; with 0 there is none
+    and the weights differ."""
+    from t1.model.policy import load_policy
+
+    tok = str(BPE_CACHE.expanduser())
+    outs = {}
+    for steps in (0, 4):
+        (tmp_path / str(steps)).mkdir()
+        cfg, init = _setup(tmp_path / str(steps), copy_steps=steps, copy_batch=4)
+        outs[steps] = out = tmp_path / str(steps) / "pretrain"
+        args = ["train", "--config", str(cfg), "--stage", "pretrain", "--from", str(init),
+                "--tokenizer", tok, "--out", str(out)]  # fmt: skip
+        assert t1_main(args) == 0
+        assert (out / "copy_warmup").exists() == (steps > 0)
+        assert t1_main(args) == 0  # DONE: nothing to do
+    warm = outs[4] / "copy_warmup"
+    ev = read_events(warm / "metrics.jsonl", "copy_warmup_step")
+    assert [e["step"] for e in ev] == [1, 2, 3, 4] and all(e["rows"] == 4 for e in ev)
+    assert json.loads((warm / "DONE.json").read_text())["stage"] == "copy_warmup"
+    assert read_events(outs[4] / "metrics.jsonl", "pretrain_step")  # then the corpus
+    a = load_policy(outs[0] / "actor").state_dict()
+    b = load_policy(outs[4] / "actor").state_dict()
+    assert any(not (a[k] == b[k]).all() for k in a)
