@@ -119,10 +119,11 @@ def test_timeout_interrupts_and_shell_survives(shell):
 
 
 def test_stuck_shell_is_restarted_and_says_so(shell):
-    # the trap first, on its own: on a loaded machine a ^C sent before bash has read a
-    # `trap '' INT; loop` line discards the line, and nothing is stuck (CI flake of 2026-12-03)
+    # the trap first, on its own, and 3 s for bash to read the loop's line: a ^C makes the tty
+    # flush input bash has not read yet, so on a loaded machine a 0.5 s timeout discarded the
+    # line unread and nothing was stuck (two full-suite runs of 2026-12-03)
     shell.exec("trap '' INT")
-    r = shell.exec("while :; do :; done", timeout=0.5)
+    r = shell.exec("while :; do :; done", timeout=3.0)
     assert r.timed_out and "restarted" in r.output
     assert shell.exec("echo alive").output == "alive\n"
 
