@@ -11,8 +11,7 @@ minibatch's values before that step (`critic_warmup_step` events). Writes DIR/cr
 critic weights only), DIR/ckpt/ (t1.store.ckpt checkpoints), DIR/DONE.json; resumable (the skeleton:
 t1/train/stage.py).
 
-Either `train.backend` (the trainer from t1.train import roles
-from t1.train.megatron.plan.build, after the memory check:
+Either `train.backend` (the trainer from t1.train.megatron.plan.build, after the memory check:
 the critic alone). With megatron and train.gpus > 1 it runs under torchrun like the PPO stage
 (per-rank checkpoints, rank 0 writes; t1/train/stage.py); `t1 train` started outside torchrun
 launches itself (inside a Slurm allocation: srun + torchrun over the allocation's nodes) or says
@@ -61,8 +60,8 @@ def recalibrate(trainer, batch: Batch, ppo: PPOConfig, gap_ema: float | None) ->
 
 
 def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
-    def build():
-        critic = roles.critic(cfg, actor_dir=f"{args.source}/actor")  # cold: backbone + head
+    def build(resume: bool = False):  # cold: backbone + head (shapes only when resuming)
+        critic = roles.critic(cfg, actor_dir=f"{args.source}/actor", shape_only=resume)
         return build_trainer(cfg, None, critic)
 
     c = cfg.critic_warmup

@@ -53,7 +53,7 @@ def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
                       "source": "t1.train.corpus"}  # fmt: skip
 
     def builder(source):
-        def build():
+        def build(resume: bool = False):  # noqa: ARG001 - hf: the checkpoint overwrites it
             actor = load_policy(source, dtype=torch_dtype(cfg.model.train_dtype))
             no_replay = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, replay=False))
             return build_trainer(no_replay, actor, None, actor_lr=p.lr)

@@ -11,8 +11,7 @@ AdamW as in PPO with `sft.lr`; `sft.epochs` passes of `sft.batch` rows, shuffled
 Writes DIR/actor (the supervised checkpoint every campaign starts from), DIR/ckpt/ (t1.store.ckpt),
 DIR/metrics.jsonl (`sft_step` events), DIR/DONE.json; resumable (the skeleton: t1/train/stage.py).
 
-Either `train.backend` (the trainer from t1.train import roles
-from t1.train.megatron.plan.build, after the memory check:
+Either `train.backend` (the trainer from t1.train.megatron.plan.build, after the memory check:
 the actor alone). With megatron and train.gpus > 1 it runs under torchrun like the PPO stage
 (per-rank checkpoints, rank 0 writes; t1/train/stage.py); `t1 train` started outside torchrun
 launches itself (inside a Slurm allocation: srun + torchrun over the allocation's nodes) or says
@@ -38,8 +37,9 @@ def nll(logp, batch):
 
 
 def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
-    def build():
-        actor = roles.actor(cfg, args.source)  # whole on hf; each rank its slices on megatron
+    def build(resume: bool = False):
+        # whole on hf; each rank its slices on megatron (none when a checkpoint fills it)
+        actor = roles.actor(cfg, args.source, shape_only=resume)
         no_replay = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, replay=False))
         return build_trainer(no_replay, actor, None, actor_lr=cfg.sft.lr)
 

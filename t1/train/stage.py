@@ -82,7 +82,8 @@ def run_stage(
     """Run one resumable stage into `args.out`; returns the process exit code.
 
     data: keyword arguments of `t1.train.data.load_rows` (reward kind, require_reward).
-    build: makes the trainer (loads the starting weights); called only when there is work.
+    build: (resume) -> the trainer with the starting weights; resume=True when a checkpoint will
+    fill it next (a megatron trainer then reads no starting weights); called only for work.
     update: (trainer, minibatch) -> metrics, one optimizer step.
     weights: `save_weights` flags (which of actor/critic the stage produces).
     rows_of: tokenizer -> (rows, stats) instead of the trajectories under --in (pre-training
@@ -111,7 +112,7 @@ def run_stage(
     progress: dict[str, Any] = {}
     try:
         saved = out.load()  # a world-size-1 checkpoint above it (or back): LayoutChanged
-        trainer = build()
+        trainer = build(resume=saved is not None)  # resuming: shapes only, the checkpoint fills
         record_load(out.path, trainer)  # each rank: what it read of the HF weights
         if saved is not None:
             trainer.load_state_dict(saved["trainer"])  # another torchrun layout: LayoutChanged

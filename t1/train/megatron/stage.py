@@ -65,6 +65,9 @@ def open_stage_dir(out: str | Path, stage: str, keep: int | None = None) -> Stag
     return ShardedStageDir(out, stage, keep=keep)
 
 
+LOAD_RECORDS = "weights_load"  # DIR/weights_load/rank_R.json
+
+
 def record_load(out: str | Path, trainer: Any) -> None:
     """DIR/weights_load/rank_R.json: what this rank read of the HF weights it started from
     (MegatronTrainer.loaded: per role the directory, bytes read of the checkpoint's bytes, files
@@ -77,9 +80,6 @@ def record_load(out: str | Path, trainer: Any) -> None:
     rank = int(os.environ.get("RANK", "0"))
     doc = {"rank": rank, "world_size": world_size(), "roles": loaded}
     write_json_atomic(Path(out) / LOAD_RECORDS / f"rank_{rank}.json", doc)
-
-
-LOAD_RECORDS = "weights_load"
 
 
 class _NoLog:
