@@ -178,11 +178,18 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _wait(pred, timeout_s: float, what: str) -> None:
+def _wait(pred, timeout_s: float, what: str, steps: ReplicaSteps | None = None) -> None:
+    """Until `pred()`; fails after `timeout_s`, or at once when `steps` gave a replica up,
+    with its events and restarts (what a failure in CI needs to be read)."""
     deadline = time.monotonic() + timeout_s
     while not pred():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout_s:g} s")
+        given_up = steps is not None and steps.failure is not None
+        if given_up or time.monotonic() > deadline:
+            why = (
+                f"replica given up: {steps.failure}" if given_up else f"not within {timeout_s:g} s"
+            )
+            seen = f"\nevents {steps.events}\nrestarts {steps.restarts}" if steps else ""
+            pytest.fail(f"{what}: {why}{seen}")
         time.sleep(0.1)
 
 
@@ -258,6 +265,29 @@ def test_exits_and_hangs_count_against_one_restart_limit(tmp_path):
     assert kinds.count("killed") == 3 and "given_up" in kinds, kinds
 
 
+def test_a_hang_right_after_the_first_answer_is_found(tmp_path):
+    """The replica hangs after the driver's wait saw it answer but before its monitor's first
+    successful check (here: the monitor checks every 1.5 s and its first check comes before the
+    server is up). The driver's sighting counts, so the hang is found and the replica restarted;
+    before, the replica stayed 'not up yet' and was never found hung."""
+    sets = {**FAST, "fleet.health_interval_s": 1.5, "fleet.health_failures": 2}
+    cfg, path = fleet_cfg(tmp_path, **sets)
+    (port,) = _free_ports(1)
+    steps = ReplicaSteps(cfg, path, tmp_path / "iter", ["localhost"])
+    steps.replicas[0]["url"] = f"http://127.0.0.1:{port}"
+    steps.lines = {0: ["bash", "-c", "sleep 0.6; exec " + " ".join(_http_server(tmp_path, port))]}
+    steps.spawn_lines()
+    try:
+        steps.wait_healthy(60)
+        os.kill(stopped := steps.procs[0].pid, signal.SIGSTOP)  # bash exec'd: this is the server
+        _wait(lambda: len(steps.restarts[0]) == 1, 30, "a restart of the hung replica", steps)
+        assert steps.restarts[0][0]["reason"] == "hung", steps.restarts
+        steps.wait_ready(60)
+        assert not _alive(stopped)
+    finally:
+        steps.stop()
+
+
 @pytest.mark.slow  # ~30 s: three `t1 serve` starts
 def test_a_hung_t1_serve_is_killed_restarted_and_serves_the_current_weights(tmp_path):
     """Two real `t1 serve` replicas under the health watcher; one is SIGSTOPped (its server,
@@ -286,7 +316,12 @@ def test_a_hung_t1_serve_is_killed_restarted_and_serves_the_current_weights(tmp_
         steps.wait_healthy(180)
         server = _child(steps.procs[0].pid)  # t1 serve under replica 0's watcher
         os.kill(server, signal.SIGSTOP)
-        _wait(lambda: steps.restarts[0] and "weight_version" in steps.restarts[0][-1], 180, "back")
+        _wait(
+            lambda: steps.restarts[0] and "weight_version" in steps.restarts[0][-1],
+            180,
+            "back",
+            steps,
+        )
         steps.wait_ready(60)
         (entry,) = steps.restarts[0]
         assert entry["reason"] == "hung" and "error" not in entry, entry

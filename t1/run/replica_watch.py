@@ -257,9 +257,7 @@ class ReplicaSteps:
                 continue
             if ok:
                 failures = 0
-                if not self._up[index]:
-                    self._up[index] = True
-                    self.step_ids[index] = self._find_step(index)
+                self._answered(index)
             elif self._up[index]:
                 failures += 1
                 if failures >= f.health_failures:
@@ -272,6 +270,17 @@ class ReplicaSteps:
                     if not self._recover(index, "hung", why, None):
                         return
                     failures, next_check = 0, time.monotonic() + f.health_interval_s
+
+    def _answered(self, index: int) -> None:
+        """`index` answered /health since its start (seen by its monitor or by the driver's
+        wait): from now on failed checks are a hang. The driver's sighting counts too, or a
+        replica that hangs between the driver's check and its monitor's first would never be
+        found hung."""
+        with self._lock:
+            if self._up.get(index) or index in self._recovering:
+                return
+            self._up[index] = True
+        self.step_ids[index] = self._find_step(index)
 
     def _recover(self, index: int, reason: str, detail: str, rc: int | None) -> bool:
         """Kill the step, start it again, bring it back at the current weights; False when
@@ -393,6 +402,7 @@ class ReplicaSteps:
             for index, url in list(pending.items()):
                 if launch.healthy(url, timeout_s=2.0):
                     pending.pop(index)
+                    self._answered(index)
             if self.failure is not None:
                 raise FleetStepError(f"{self.failure}\n{self.tail(self.failed or 0)}")
             if pending and time.monotonic() - t0 > timeout_s:
