@@ -142,6 +142,9 @@ class EngineConfig:
     prefix_cache: bool = True  # local: reuse KV + routing across the turns of a session
     max_sessions: int = 64  # local: cached sessions kept (least recently used dropped)
     max_batch: int = 8  # local / t1 serve: requests decoded together
+    # local / t1 serve: torch intra-op threads of the engine's worker thread (0 = run.threads);
+    # the tiny MoE's decode is per-op overhead, which a 2-thread team triples there (LOG.md)
+    threads: int = 1
     timeout_s: float = 600.0  # sglang client: per-request HTTP timeout
     send_session_id: bool = True  # sglang client: send `session_id` (t1 serve keys its cache by it)
 

@@ -107,14 +107,19 @@ class LocalEngine:
         capture: bool = True,
         lean: bool | None = None,
         batch_invariant: bool = True,
+        threads: int | None = None,
     ) -> None:
         """`lean`: None = the lean path where the model supports it (`t1.engine.lean.supports`);
-        `batch_invariant=False` (tests' negative control) lets its matmuls take the batch's M."""
+        `batch_invariant=False` (tests' negative control) lets its matmuls take the batch's M.
+        `threads`: torch intra-op threads of the worker thread that runs the model (None: what
+        the process has). OpenMP keeps that setting per thread, so the caller's is unchanged;
+        threads the process starts later inherit it (torch's lazy per-thread init)."""
         self.dtype = torch_dtype(dtype)
         self.model = model.to(self.dtype).eval()
         if lean and not supports(model):
             raise ValueError(f"{type(model).__name__}: the lean path supports plain Qwen3 MoE only")
         self.batch_invariant = batch_invariant
+        self.threads = threads
         self._lean = (
             LeanQwen3Moe(self.model, batch_invariant)
             if lean is not False and supports(model)
@@ -172,6 +177,7 @@ class LocalEngine:
             max_sessions=e.max_sessions,
             max_batch=e.max_batch,
         )
+        engine.threads = e.threads or cfg.run.threads
         if cfg.run.deterministic and not engine.batch_invariant_decoding:
             engine.max_batch = 1
         return engine
@@ -228,6 +234,8 @@ class LocalEngine:
         return job
 
     def _loop(self) -> None:
+        if self.threads:
+            torch.set_num_threads(self.threads)  # this thread's team (OpenMP: per thread)
         while True:
             job = self._jobs.get()
             if job is None:

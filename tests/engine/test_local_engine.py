@@ -286,3 +286,19 @@ def test_deterministic_mode_is_batch_invariant(policy, tmp_path):
         assert alone.output_ids == t.output_ids
         assert alone.output_logprobs == t.output_logprobs
         assert np.array_equal(alone.routing, t.routing)
+
+
+@pytest.mark.parametrize("threads, want", [(1, 1), (0, 2)])
+def test_engine_threads_set_the_worker_thread_only(policy, tmp_path, threads, want):
+    """`engine.threads` is the intra-op thread count of the thread that runs the model (0 =
+    run.threads); the caller's own setting is left alone."""
+    from t1.config import Config, EngineConfig, RunConfig
+
+    save_policy(policy, tmp_path / "p")
+    cfg = Config(run=RunConfig(threads=2), engine=EngineConfig(threads=threads))
+    eng = LocalEngine.from_config(cfg, tmp_path / "p")
+    seen, run = [], eng._generate_batch
+    eng._generate_batch = lambda reqs: seen.append(torch.get_num_threads()) or run(reqs)
+    eng.generate([GenerateRequest(_prompts([5])[0], GREEDY)])
+    eng.close()
+    assert seen == [want] and torch.get_num_threads() == 2
