@@ -313,6 +313,9 @@ class CriticWarmupConfig:
     """Critic warm-up over a binary-reward pool (t1.train.critic_warmup)."""
 
     enabled: bool = True  # False = cold start, kept for comparison
+    # trajectories of the warm-up rollout, launched in the train pool's order and all admitted
+    # (0 = one PPO step's rollout: rollout.launch, the first rollout.admit admitted)
+    trajectories: int = 0
     epochs: int = 1
     batch: int = 4  # rows (TITO segments) per critic optimizer step
     recalibration_rollouts: int = 2  # critic-only PPO steps after loading warm-up weights

@@ -2,6 +2,11 @@
 # training on their binary (all assertions pass) outcomes before any policy step.
 
 
+def warmup_size(wildcards):
+    n = conf("critic_warmup.trajectories")
+    return f"--launch {n} --admit {n}" if n else ""
+
+
 rule warmup_rollout:
     input:
         cfg=pinned,
@@ -25,8 +30,9 @@ rule warmup_rollout:
         policy=lambda w: f"{RESULTS}/{w.run}/sft/model/actor",
         pool=lambda w: f"{RESULTS}/{w.run}/pool/train/tasks",
         out=lambda w: f"{RESULTS}/{w.run}/critic/rollout",
+        size=warmup_size,
     shell:
-        "t1 rollout --config {input.cfg} --policy {params.policy} --tokenizer {input.tok} --tasks {params.pool} --out {params.out} &> {log}"
+        "t1 rollout --config {input.cfg} --policy {params.policy} --tokenizer {input.tok} --tasks {params.pool} {params.size} --out {params.out} &> {log}"
 
 
 # train.backend megatron with train.gpus > 1: this one `t1 train` line, run inside the job's
