@@ -82,3 +82,21 @@ def test_unseen_name_tasks_are_their_own_split_with_the_same_fields(tmp_path):
     s = run_summary(run)
     assert s["heldout_unseen"]["sft"] is None and s["heldout"]["sft"]["n"] == 3
     assert any(n.startswith("heldout_unseen: no family split") for n in s["notes"])
+
+
+def test_ppo_vs_sft_is_the_two_proportion_test_per_split(tmp_path):
+    run = tmp_path / "tiny"
+    held = [f"t{i:03d}" for i in range(100)]
+    _pool(run, "train", ["train-task"])
+    _pool(run, "eval", held)
+    dirs = [f"{i:05d}-{t}" for i, t in enumerate(held)]
+    _eval(run, "sft", {d: i < 50 for i, d in enumerate(dirs)})  # 50 of 100
+    _eval(run, "ppo", {d: i < 65 for i, d in enumerate(dirs)})  # 65 of 100
+    gap = run_summary(run)["heldout"]["ppo_vs_sft"]
+    # by hand: pooled 0.575, se = sqrt(.575 * .425 * 2 / 100) = 0.06991, z = 0.15 / se = 2.1456
+    assert gap["points"] == 15.0 and abs(gap["z"] - 2.1456) < 1e-3
+    assert abs(gap["p"] - 0.0319) < 1e-3  # two-sided
+    _eval(run, "ppo", {d: i < 55 for i, d in enumerate(dirs)})  # +5 points: not significant
+    assert run_summary(run)["heldout"]["ppo_vs_sft"]["p"] > 0.05
+    (run / "eval" / "ppo" / "eval.json").unlink()
+    assert run_summary(run)["heldout"]["ppo_vs_sft"] is None  # one stage: no test

@@ -103,6 +103,11 @@ def summary_section(summary: dict[str, Any], figure: Figure | None) -> Section:
                 continue
             rows.append([split, stage, _pct(f["resolved"]), _ci(f["ci95"]), str(f["n"]),
                          str(f["tasks"]), f"{_fmt(f['pass_at_k'])} (k={f['k']})", f["source"]])  # fmt: skip
+        gap = summary.get(split, {}).get("ppo_vs_sft")
+        if gap:
+            p = "-" if gap["p"] is None else f"p = {gap['p']:.3g}"
+            rows.append([split, "PPO - SFT", f"{gap['points']:+.1f} points", p, "", "", "",
+                         gap["test"]])  # fmt: skip
     header = ["split", "stage", "resolved", "95% CI (Wilson)", "trajectories", "tasks", "pass@k",
               "source"]  # fmt: skip
     blocks: list[Block] = [

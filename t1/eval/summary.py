@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from t1.eval.stats import mean_pass_at_k, wilson_interval
+from t1.eval.stats import mean_pass_at_k, two_proportion_test, wilson_interval
 
 STAGES = ("sft", "ppo")
 SPLITS = ("heldout", "train")  # the plot's groups (t1.eval.report_plots)
@@ -81,9 +81,10 @@ def _shown(path: Path, run_dir: Path) -> str:
 def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
     """`summary.json` of a campaign run, for scripts: per split and stage, from eval records.
 
-    For `heldout`, `heldout_unseen` and `train`, each of `sft` and `ppo`: {resolved (rate), n
-    (trajectories), tasks, ci95 [low, high] (Wilson), pass_at_k, k, source}, or null when the
-    run has no such evaluation, with a `notes` entry saying why. A trajectory counts for
+    For `heldout`, `heldout_unseen` and `train`, each of `sft` and `ppo`: {resolved (rate),
+    resolved_count, n (trajectories), tasks, ci95 [low, high] (Wilson), pass_at_k, k, source},
+    or null when the run has no such evaluation, with a `notes` entry saying why; and
+    `ppo_vs_sft`: {points, z, p, test} (`ppo_vs_sft`), null unless both were evaluated. A trajectory counts for
     `train` when its task id is in the run's train pool (pool/train/manifest.json), for
     `heldout_unseen` when it is in the `heldout_unseen` list of RUN/tasks/families/families.json
     (t1 families: names the policy never saw in any stage), else for `heldout`; the records
@@ -153,6 +154,7 @@ def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
             b = block(part, k)
             out[split][stage] = {
                 "resolved": b["resolved_rate"],
+                "resolved_count": b["resolved"],
                 "n": b["trajectories"],
                 "tasks": b["tasks"],
                 "ci95": b["ci95"],
@@ -165,7 +167,24 @@ def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
                     f"train.{stage}: {b['tasks']} of the train pool's {len(train_ids)} tasks "
                     f"(those of the eval pool that are also in the train pool)"
                 )
+    for split in REPORTED_SPLITS:
+        out[split]["ppo_vs_sft"] = ppo_vs_sft(out[split])
     return {"schema_version": 1, "status": "complete", "run": run_dir.name, **out, "notes": notes}
+
+
+def ppo_vs_sft(split: dict[str, Any]) -> dict[str, Any] | None:
+    """PPO's resolved rate minus SFT's on one split, in points, with the pooled two-proportion
+    z-test (two-sided p; t1.eval.stats); None unless both stages were evaluated there."""
+    sft, ppo = split.get("sft"), split.get("ppo")
+    if not sft or not ppo:
+        return None
+    test = two_proportion_test(sft["resolved_count"], sft["n"], ppo["resolved_count"], ppo["n"])
+    return {
+        "points": round(100 * (ppo["resolved"] - sft["resolved"]), 2),
+        "z": test["z"],
+        "p": test["p"],
+        "test": "pooled two-proportion z-test, two-sided",
+    }
 
 
 def _unseen_ids(path: Path, notes: list[str]) -> set[str]:
