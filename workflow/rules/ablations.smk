@@ -79,7 +79,7 @@ rule ablation_drift_rollout:
         f"{RESULTS}/{NAME}/logs/ablations/drift_rollout/attempt-{ATTEMPT}.log",
     container:
         TRAINER_IMAGE
-    threads: conf("ablations.drift_workers")  # its config sets rollout.workers to this
+    threads: min(conf("ablations.drift_workers"), CPUS)  # its config: rollout.workers = that
     resources:
         runtime=TRAIN_MIN,
         mem_mb=MEM_MB,

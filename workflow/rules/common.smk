@@ -130,6 +130,18 @@ def final_policy(run):
 GPUS = conf("campaign.gpus")
 NODES = conf("campaign.nodes")
 CPUS = conf("campaign.cpus")
+# a rollout's threads wait on sandboxes and on the engine (engine.threads computes): they ask
+# the job for at most the campaign's CPUs, never one CPU per worker
+ROLLOUT_CPUS = min(conf("rollout.workers"), CPUS)
+
+
+def warmup_size(wildcards):
+    """The critic warm-up rollout's --launch/--admit (critic_warmup.trajectories; 0: the
+    rollout's defaults)."""
+    n = conf("critic_warmup.trajectories")
+    return f"--launch {n} --admit {n}" if n else ""
+
+
 MEM_MB = conf("campaign.mem_mb")
 TRAIN_MIN = conf("campaign.train_minutes")
 SEGMENT_MIN = conf("campaign.segment_minutes")

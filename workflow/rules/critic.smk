@@ -2,11 +2,6 @@
 # training on their binary (all assertions pass) outcomes before any policy step.
 
 
-def warmup_size(wildcards):
-    n = conf("critic_warmup.trajectories")
-    return f"--launch {n} --admit {n}" if n else ""
-
-
 rule warmup_rollout:
     input:
         cfg=pinned,
@@ -19,7 +14,7 @@ rule warmup_rollout:
         f"{RESULTS}/{{run}}/logs/warmup_rollout/attempt-{ATTEMPT}.log",
     container:
         TRAINER_IMAGE
-    threads: conf("rollout.workers")
+    threads: ROLLOUT_CPUS
     resources:
         runtime=TRAIN_MIN,
         mem_mb=MEM_MB,

@@ -10,7 +10,7 @@ rule evaluate_policy:
         f"{RESULTS}/{{run}}/logs/evaluate_{{stage}}/attempt-{ATTEMPT}.log",
     container:
         TRAINER_IMAGE
-    threads: conf("rollout.workers")
+    threads: ROLLOUT_CPUS
     resources:
         runtime=TRAIN_MIN,
         mem_mb=MEM_MB,

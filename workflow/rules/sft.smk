@@ -12,11 +12,11 @@ rule expert_rollout:
         f"{RESULTS}/{{run}}/logs/expert_rollout/attempt-{ATTEMPT}.log",
     container:
         TRAINER_IMAGE
-    threads: conf("rollout.workers")
+    threads: ROLLOUT_CPUS
     resources:
         runtime=TRAIN_MIN,
         mem_mb=MEM_MB,
-        cpus_per_task=conf("rollout.workers"),
+        cpus_per_task=ROLLOUT_CPUS,
     params:
         pool=lambda w: f"{RESULTS}/{w.run}/pool/train/tasks",
         out=lambda w: f"{RESULTS}/{w.run}/sft/expert",
