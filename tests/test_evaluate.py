@@ -177,8 +177,8 @@ def test_summary_json_splits_held_out_from_train_pool_tasks_and_marks_what_is_mi
     ]
     run = _run_dir(tmp_path, ["seen", "other"], {"sft": _eval_doc(rows, k=2)})
     s = run_summary(run)
-    assert s["heldout"]["sft"] == {"resolved": 1.0, "n": 2, "tasks": 1, "k": 2, "pass_at_k": 1.0,
-                                   "ci95": list(wilson_interval(2, 2)),
+    assert s["heldout"]["sft"] == {"resolved": 1.0, "resolved_count": 2, "n": 2, "tasks": 1,
+                                   "k": 2, "pass_at_k": 1.0, "ci95": list(wilson_interval(2, 2)),
                                    "source": "eval/sft/eval.json"}  # fmt: skip
     t = s["train"]["sft"]
     assert (t["resolved"], t["n"], t["pass_at_k"]) == (0.5, 2, 1.0)
@@ -186,7 +186,9 @@ def test_summary_json_splits_held_out_from_train_pool_tasks_and_marks_what_is_mi
     # no PPO evaluation: null, never a number, and a note that says so
     assert s["heldout"]["ppo"] is None and s["train"]["ppo"] is None
     assert sum(n.endswith("no evaluation (eval/ppo/eval.json missing)") for n in s["notes"]) == 3
-    assert s["heldout_unseen"] == {"sft": None, "ppo": None}  # no t1 families split in this run
+    # no t1 families split in this run; no PPO evaluation, so no PPO-vs-SFT test either
+    assert s["heldout_unseen"] == {"sft": None, "ppo": None, "ppo_vs_sft": None}
+    assert s["heldout"]["ppo_vs_sft"] is None
     assert any(n.startswith("heldout_unseen: no family split") for n in s["notes"])
 
 
@@ -194,7 +196,8 @@ def test_summary_json_has_null_held_out_when_the_eval_pool_is_the_train_pool(tmp
     rows = [_row("seen", True, 8), _row("also-seen", False, 3)]
     run = _run_dir(tmp_path, ["seen", "also-seen"], {s: _eval_doc(rows, stage=s) for s in STAGES})
     s = run_summary(run)
-    assert s["heldout"] == {"sft": None, "ppo": None}
+    assert s["heldout"] == {"sft": None, "ppo": None, "ppo_vs_sft": None}
+    assert s["train"]["ppo_vs_sft"]["points"] == 0.0  # both evaluated the same rows
     assert s["train"]["ppo"]["resolved"] == 0.5 and s["train"]["ppo"]["n"] == 2
     assert sum("lies outside the train pool" in n for n in s["notes"]) == 2
 
@@ -213,7 +216,7 @@ def test_summary_json_without_a_train_pool_splits_nothing_and_says_so(tmp_path):
     run = _run_dir(tmp_path, [], {"sft": _eval_doc([_row("seen", True, 8)])})
     (run / "pool" / "train" / "manifest.json").unlink()
     s = run_summary(run)
-    assert s["heldout"] == s["train"] == {"sft": None, "ppo": None}
+    assert s["heldout"] == s["train"] == {"sft": None, "ppo": None, "ppo_vs_sft": None}
     assert any("no train pool" in n for n in s["notes"])
     assert {n.split(":")[0] for n in s["notes"][1:]} == {
         "heldout_unseen", "heldout.sft", "heldout_unseen.sft", "train.sft",
