@@ -82,6 +82,18 @@ def test_the_ablations_keys_reach_their_commands(wf, tmp_path, n, workers, seeds
     assert job_counts(r.stdout)["ablation_critic"] == seeds
 
 
+@pytest.mark.parametrize("n", [0, 100])
+def test_critic_warmup_trajectories_reach_the_warmup_rollout(wf, tmp_path, n):
+    overlay = tmp_path / "warm.yaml"
+    overlay.write_text(f"critic_warmup: {{trajectories: {n}}}\n")
+    r = snakemake(wf, "--profile", "profiles/local", "-n", "-p", "campaign_dense",
+                  "--configfile", str(overlay))  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = next(x for x in r.stdout.splitlines() if "--out results/tiny/critic/rollout" in x)
+    # 0: one PPO step's rollout (rollout.launch / admit); n: n launched, all admitted
+    assert (f"--launch {n} --admit {n} " in line) == bool(n) and ("--launch" in line) == bool(n)
+
+
 def test_dry_run_of_the_122b_preset_on_slurm(wf):
     r = snakemake(
         wf, "--profile", "profiles/slurm", "-n", "-p", "campaign_dense", "--configfile", PRESET
