@@ -240,6 +240,7 @@ class PPOConfig:
     load_balancing_coef: float = 0.0  # must stay 0: it fights replay
     max_grad_norm: float = 1.0  # gradient clipping per optimizer step (0 = off)
     old_logp: str = "trainer"  # trainer | rollout: the logprobs the PPO ratio divides by
+    loss_agg: str = "token"  # token | sequence: the policy loss's mean (t1.ppo.losses)
     device: str = "auto"  # hf backend (also sft, critic warm-up): cpu | cuda | auto (cuda if any)
 
 

@@ -1,12 +1,17 @@
-"""PPO losses: symmetric clipped surrogate and clipped value loss, token-level means.
+"""PPO losses: symmetric clipped surrogate and clipped value loss.
 
     from t1.ppo.losses import masked_mean, policy_loss, value_loss
     loss = policy_loss(logp, old_logp, adv, loss_mask, clip_eps=0.2)
+    loss = policy_loss(logp, old_logp, adv, loss_mask, clip_eps=0.2, agg="sequence")
     vloss = value_loss(values, old_values, returns, loss_mask, clip_eps=0.2)
 
-Every mean is a token-level mean over the loss region of the whole batch: sum over all loss
-positions of all rows divided by their count (long trajectories weigh more than short ones,
-token for token). There are no KL terms and no entropy bonus.
+How the policy loss averages over the loss region (`ppo.loss_agg`; verl's `loss_agg_mode`):
+  token     the sum over all loss positions of all rows divided by their count (the default;
+            long trajectories weigh more than short ones, token for token);
+  sequence  each row's mean over its own loss positions, then the mean over the rows that
+            have any (every trajectory weighs the same: a 40-token family answer is not
+            drowned by a 700-token failure beside it).
+The value loss is always the token-level mean. There are no KL terms and no entropy bonus.
 """
 
 from __future__ import annotations
@@ -21,16 +26,40 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * m).sum() / m.sum().clamp(min=1.0)
 
 
+LOSS_AGGS = ("token", "sequence")
+
+
+def sequence_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each row's mean of x over its masked positions, then the mean over the rows with any.
+    x, mask: [B, T]. Returns a 0-d tensor (0 when the mask is empty)."""
+    m = mask.to(x.dtype)
+    count = m.sum(dim=1)
+    rows = count > 0
+    per_row = (x * m).sum(dim=1) / count.clamp(min=1.0)
+    return (per_row * rows.to(x.dtype)).sum() / rows.sum().clamp(min=1).to(x.dtype)
+
+
+def aggregate(x: torch.Tensor, mask: torch.Tensor, agg: str = "token") -> torch.Tensor:
+    """`masked_mean` (agg "token") or `sequence_mean` (agg "sequence")."""
+    if agg == "token":
+        return masked_mean(x, mask)
+    if agg == "sequence":
+        return sequence_mean(x, mask)
+    raise ValueError(f"ppo.loss_agg must be one of {', '.join(LOSS_AGGS)}, got {agg!r}")
+
+
 def policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     loss_mask: torch.Tensor,
     clip_eps: float = 0.2,
+    agg: str = "token",
 ) -> torch.Tensor:
     """Clipped surrogate: mean of -min(rho * A, clip(rho, 1-eps, 1+eps) * A) over the loss region.
 
-    logp (with grad), old_logp, advantages: [B, T]; loss_mask: [B, T].
+    logp (with grad), old_logp, advantages: [B, T]; loss_mask: [B, T]; agg: token | sequence
+    (how the mean is taken; module docstring).
     rho = exp(logp - old_logp). Returns a 0-d tensor. (The clip fraction is a metric:
     `t1.ppo.metrics.clip_fraction`.)
     """
@@ -38,7 +67,7 @@ def policy_loss(
     adv = advantages.detach()
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
-    return masked_mean(-torch.minimum(unclipped, clipped), loss_mask)
+    return aggregate(-torch.minimum(unclipped, clipped), loss_mask, agg)
 
 
 def value_loss(

@@ -29,7 +29,7 @@ import torch
 
 from t1.config import PPOConfig
 from t1.ppo.advantages import gae, token_rewards
-from t1.ppo.losses import masked_mean, policy_loss, value_loss
+from t1.ppo.losses import LOSS_AGGS, masked_mean, policy_loss, value_loss
 from t1.ppo.metrics import clip_fraction, ema, explained_variance, train_inference_gap
 from t1.train.batch import Batch
 from t1.train.protocol import Trainer
@@ -59,6 +59,8 @@ def ppo_step(
     `gap_ema`, `advantages` and `returns` tensors under the keys `_advantages`/`_returns`)."""
     if cfg.old_logp not in ("trainer", "rollout"):
         raise ValueError(f"ppo.old_logp must be 'trainer' or 'rollout', got {cfg.old_logp!r}")
+    if cfg.loss_agg not in LOSS_AGGS:
+        raise ValueError(f"ppo.loss_agg must be one of {LOSS_AGGS}, got {cfg.loss_agg!r}")
     t0 = time.perf_counter()
     mask = batch.loss_mask
 
@@ -113,7 +115,7 @@ def ppo_step(
 
                 def ploss_fn(logp, b, idx=idx):
                     o, a = _rows(old_logp, idx, b), _rows(advantages, idx, b)
-                    loss = policy_loss(logp, o, a, b.loss_mask, cfg.clip_eps)
+                    loss = policy_loss(logp, o, a, b.loss_mask, cfg.clip_eps, cfg.loss_agg)
                     return loss, {
                         "policy_loss": float(loss.detach()),
                         "clip_fraction": clip_fraction(logp, o, b.loss_mask, cfg.clip_eps),

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from t1.ppo.losses import masked_mean, policy_loss, value_loss
+from t1.ppo.losses import aggregate, masked_mean, policy_loss, sequence_mean, value_loss
 
 
 def test_masked_mean_is_token_level_over_the_batch():
@@ -13,6 +13,31 @@ def test_masked_mean_is_token_level_over_the_batch():
     m = torch.tensor([[1, 1, 0], [1, 0, 0]])
     assert masked_mean(x, m).item() == pytest.approx(2.0)  # (1+2+3)/3, not mean of row means
     assert masked_mean(x, torch.zeros_like(m)).item() == 0.0
+
+
+def test_sequence_mean_weighs_every_row_the_same():
+    x = torch.tensor([[1.0, 2.0, 100.0], [3.0, 100.0, 100.0], [7.0, 7.0, 7.0]])
+    m = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]])  # the empty third row does not count
+    assert sequence_mean(x, m).item() == pytest.approx((1.5 + 3.0) / 2)
+    assert aggregate(x, m, "token").item() == pytest.approx(2.0)
+    assert sequence_mean(x, torch.zeros_like(m)).item() == 0.0
+    with pytest.raises(ValueError, match="loss_agg"):
+        aggregate(x, m, "seq")
+
+
+def test_policy_loss_by_sequence_gives_a_short_row_a_long_rows_weight():
+    # a 1-token row with A=+1 beside a 3-token row with A=-1, ratio 1: the token mean is
+    # -(1 - 3) / 4 = 0.5, the sequence mean -(1 + (-1)) / 2 = 0; the short row's gradient is
+    # 1/4 of the loss's per token, then 1/2
+    logp = torch.zeros(2, 3, requires_grad=True)
+    adv = torch.tensor([[1.0, 0.0, 0.0], [-1.0, -1.0, -1.0]])
+    mask = torch.tensor([[1, 0, 0], [1, 1, 1]])
+    token = policy_loss(logp, logp.detach(), adv, mask, 0.2)
+    assert token.item() == pytest.approx(0.5)
+    seq = policy_loss(logp, logp.detach(), adv, mask, 0.2, agg="sequence")
+    assert seq.item() == pytest.approx(0.0)
+    seq.backward()
+    assert torch.allclose(logp.grad, torch.tensor([[-0.5, 0.0, 0.0], [1 / 6, 1 / 6, 1 / 6]]))
 
 
 def test_policy_loss_clips_symmetrically():

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+import pytest
 import torch
 
 from t1.ppo.advantages import token_rewards
 from t1.ppo.losses import policy_loss
 from t1.train.step import ppo_step
+from tests.train.conftest import make_trainer
 
 
 def test_critic_is_updated_before_the_advantages_are_taken(trainer, batch, ppo_cfg):
@@ -74,3 +77,16 @@ def test_step_metrics(trainer, batch, ppo_cfg):
         "step_time_s",
     ):
         assert k in m and not (isinstance(m[k], float) and math.isnan(m[k])), k
+
+
+def test_loss_agg_changes_the_actor_update_and_an_unknown_one_is_refused(batch, ppo_cfg):
+    def actor_after(agg):
+        tr = make_trainer()
+        ppo_step(tr, batch, dataclasses.replace(ppo_cfg, loss_agg=agg))
+        return {k: v.clone() for k, v in tr.actor.state_dict().items()}
+
+    token, again, seq = actor_after("token"), actor_after("token"), actor_after("sequence")
+    assert all(torch.equal(v, again[k]) for k, v in token.items())  # the same trainer twice
+    assert any(not torch.equal(v, seq[k]) for k, v in token.items())
+    with pytest.raises(ValueError, match="loss_agg"):
+        ppo_step(make_trainer(), batch, dataclasses.replace(ppo_cfg, loss_agg="seq-mean"))
