@@ -16,9 +16,11 @@ output cannot forge a sentinel by accident. Commands travel as files, never as t
 long lines and heredocs are not mangled by the terminal's line discipline.
 
 Timeout: ^C is written to the pty (SIGINT to the foreground process group; bash runs with job
-control, so background jobs are spared), then a sync line asks for a fresh sentinel. If none
-comes, the foreground process group is SIGKILLed; if the shell itself is stuck, bash is
-killed, the loop restarts it, and the result says so. Exit code 124, `timed_out=True`.
+control, so background jobs are spared); once bash holds the terminal again, a sync line asks
+for a fresh sentinel (up to SYNC_TRIES lines: a dying job may swallow one). If none comes, the
+foreground process group is SIGKILLed; if the shell itself is stuck, bash is killed, the loop
+restarts it, and the result says so. Exit code 124, `timed_out=True`. The same command times
+out with the same observation whatever the machine's load.
 
 Output is capped while it is read: the first half of the cap is kept, then only a rolling tail,
 so endless output (`yes`) never grows memory; the cut is marked `[... N bytes cut ...]`.
@@ -45,6 +47,7 @@ RESTART_NOTE = (
     "\n[t1: the shell exited and was restarted: cwd, variables and functions were reset]\n"
 )
 INTERRUPT_GRACE_S = 1.0
+SYNC_TRIES = 3  # sync lines sent after an interrupt before the next, harder, step
 
 
 def rc_text(nonce: str, ctl_inside: str) -> str:
@@ -266,20 +269,60 @@ class PtyShell:
         )
 
     def _recover(self, out: CappedOutput) -> str:
-        """After a timeout: ^C, then kill the foreground group, then restart bash."""
+        """After a timeout: ^C, then kill the foreground group, then restart bash.
+
+        Each step first waits for the shell to hold the terminal again: a sync line written
+        while the interrupted job still reads the tty (a `grep` with no file, a program that
+        asks "quit?" on ^C) is read and lost by that job, and whether that happened depended on
+        scheduling; the same command gave "interrupted" in one run and a restarted shell in
+        another (two fresh campaigns, step 9). A lost line is followed by another.
+        """
         self._write(b"\x03")
-        if self._sync(out, INTERRUPT_GRACE_S):
+        if self._await_shell(out, INTERRUPT_GRACE_S) == "X":
+            return RESTART_NOTE if self._wait_ready(out) else self._dead()
+        if self._sync_tries(out):
             return ""
         fg = self._fg_pgid()
         if fg > 0 and fg != self.shell_pgid:
             _killpg(fg)
-            if self._sync(out, INTERRUPT_GRACE_S):
+            if self._await_shell(out, INTERRUPT_GRACE_S) == "X":
+                return RESTART_NOTE if self._wait_ready(out) else self._dead()
+            if self._sync_tries(out):
                 return ""
         if self.shell_pgid > 0:
             _killpg(self.shell_pgid)
         if self._wait_ready(out):
             return RESTART_NOTE
+        return self._dead()
+
+    @staticmethod
+    def _dead() -> str:
         raise SandboxError("sandbox shell hung and could not be restarted")
+
+    def _await_shell(self, out: CappedOutput, wait_s: float) -> str:
+        """Wait (reading output) until the shell's own group holds the terminal again.
+
+        "fg": it does; "job": the deadline passed with another group in front; "X": the shell
+        exited (its loop restarts it).
+        """
+        deadline = time.monotonic() + wait_s
+        while True:
+            if self._fg_pgid() == self.shell_pgid:
+                return "fg"
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "job"
+            if self._read_until(out, time.monotonic() + min(left, 0.02), kinds="X"):
+                return "X"
+
+    def _sync_tries(self, out: CappedOutput) -> bool:
+        """Sync with the shell; a sync line a dying job swallowed is followed by another."""
+        for _ in range(SYNC_TRIES):
+            if self._sync(out, INTERRUPT_GRACE_S):
+                return True
+            if self._fg_pgid() != self.shell_pgid:  # a job still holds the terminal
+                return False
+        return False
 
     def _sync(self, out: CappedOutput, wait_s: float) -> bool:
         time.sleep(0.02)

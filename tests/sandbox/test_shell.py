@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
@@ -116,6 +117,29 @@ def test_timeout_interrupts_and_shell_survives(shell):
     assert r.timed_out and r.exit_code == 124
     r = shell.exec("echo $KEEP")
     assert r.output == "1\n"  # ^C was enough: same shell, state kept
+
+
+def test_a_job_that_reads_the_tty_after_ctrl_c_does_not_cost_the_shell(shell):
+    # a program that reads one more line when interrupted (a "quit?" prompt; a `grep` with no
+    # file that the scheduler has not yet let die) swallows the first sync line: recovery must
+    # send another, not take the silence for a stuck shell and restart it (which reset cwd in
+    # one of two otherwise identical campaigns)
+    shell.exec("export KEEP=1")
+    prog = (
+        "import os, signal, sys; "
+        "signal.signal(signal.SIGINT, lambda *a: (os.read(0, 4096), sys.exit(130))); "
+        "print('waiting', flush=True); os.read(0, 4096)"
+    )
+    for _ in range(2):
+        r = shell.exec(f'{sys.executable} -c "{prog}"', timeout=1.0)
+        assert r.timed_out and r.exit_code == 124
+        assert "restarted" not in r.output and "waiting" in r.output
+    assert shell.exec("echo $KEEP").output == "1\n"  # the same shell throughout
+
+
+def test_a_command_reading_the_terminal_times_out_the_same_way_each_time(shell):
+    outs = {shell.exec("grep pattern-without-a-file", timeout=0.5).output for _ in range(3)}
+    assert len(outs) == 1 and "restarted" not in outs.pop()
 
 
 def test_stuck_shell_is_restarted_and_says_so(shell):
