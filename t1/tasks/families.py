@@ -163,6 +163,11 @@ def _body(lines: list[str]) -> str:
     return "".join(f"{x}\n" for x in lines)
 
 
+# Every assertion is evidence of progress a redirection alone cannot fake: `anything > B.txt`
+# creates B.txt before the command runs, so "B.txt exists" paid a third of a task's dense reward
+# to `grep W > B.txt` (a grep with no file, which hangs), and PPO learnt it on grep-lines and
+# carried it over to count-lines (14 -> 0 of 16 held-out, 2026-12-03). An output's content test
+# implies it exists; only create-file keeps "the file exists", which is half of what it asks.
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
@@ -192,7 +197,6 @@ FAMILIES: dict[str, Family] = {
             lambda p: f"cp {p['src']}.txt {p['dst']}.txt",
             lambda p: {f"{p['src']}.txt": f"{p['word']}\n"},
             lambda p: (
-                f"def test_copy_exists():\n    assert (APP / '{p['dst']}.txt').is_file()\n\n\n"
                 f"def test_copy_content():\n    assert _read('{p['dst']}.txt') == '{p['word']}\\n'\n\n\n"
                 f"def test_original_kept():\n    assert _read('{p['src']}.txt') == '{p['word']}\\n'\n"
             ),
@@ -203,7 +207,6 @@ FAMILIES: dict[str, Family] = {
             lambda p: f"mv {p['src']}.txt {p['dst']}.txt",
             lambda p: {f"{p['src']}.txt": f"{p['word']}\n"},
             lambda p: (
-                f"def test_new_name():\n    assert (APP / '{p['dst']}.txt').is_file()\n\n\n"
                 f"def test_old_name_gone():\n    assert not (APP / '{p['src']}.txt').exists()\n\n\n"
                 f"def test_content_kept():\n    assert _read('{p['dst']}.txt') == '{p['word']}\\n'\n"
             ),
@@ -224,7 +227,6 @@ FAMILIES: dict[str, Family] = {
             lambda p: f"wc -l < {p['src']}.txt > {p['dst']}.txt",
             lambda p: {f"{p['src']}.txt": _body(p["lines"])},
             lambda p: (
-                f"def test_output_exists():\n    assert (APP / '{p['dst']}.txt').is_file()\n\n\n"
                 f"def test_count():\n    assert _read('{p['dst']}.txt').strip() == '{len(p['lines'])}'\n"
             ),
         ),
@@ -234,7 +236,6 @@ FAMILIES: dict[str, Family] = {
             lambda p: f"sort {p['src']}.txt > {p['dst']}.txt",
             lambda p: {f"{p['src']}.txt": _body(p["lines"])},
             lambda p: (
-                f"def test_output_exists():\n    assert (APP / '{p['dst']}.txt').is_file()\n\n\n"
                 f"def test_same_lines():\n    assert sorted(_read('{p['dst']}.txt').split('\\n')) == "
                 f"sorted({_body(p['lines']).split(chr(10))!r})\n\n\n"
                 f"def test_sorted():\n    assert _read('{p['dst']}.txt') == {_body(sorted(p['lines']))!r}\n"
@@ -249,7 +250,6 @@ FAMILIES: dict[str, Family] = {
             lambda p: f"grep {p['word']} {p['src']}.txt > {p['dst']}.txt",
             lambda p: {f"{p['src']}.txt": _body(p["lines"])},
             lambda p: (
-                f"def test_output_exists():\n    assert (APP / '{p['dst']}.txt').is_file()\n\n\n"
                 f"def test_lines():\n    assert _read('{p['dst']}.txt') == "
                 f"{_body([x for x in p['lines'] if p['word'] in x])!r}\n"
             ),

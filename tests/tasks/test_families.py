@@ -10,13 +10,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import subprocess
 
 import pytest
 from shared_fixtures import requires_bwrap
 
 from t1.agent.tokenizer_train import bpe_tokenizer
 from t1.config import Config, FamiliesConfig, PretrainConfig
-from t1.tasks.families import FAMILIES, draw_corpus, key_of, make_split, words_of, write_split
+from t1.tasks.families import (
+    FAMILIES,
+    TEST_HEAD,
+    draw_corpus,
+    key_of,
+    make_split,
+    words_of,
+    write_split,
+)
 from t1.tasks.load import load_task
 from t1.train.corpus import corpus_rows, heldout_keys, transcript
 
@@ -146,3 +156,49 @@ def test_words_limits_the_names_drawn():
     assert any(words_of(i.params) - set(WORDS[:12]) for i in make_split(0, 3, 1)["train"])
     with pytest.raises(ValueError, match="families.words"):
         make_split(seed=0, train=1, heldout=1, words=2)
+
+
+def _passed(inst, app) -> int:
+    """How many of the instance's verifier cases pass on the directory `app` (run in-process:
+    the cases only read files)."""
+    src = TEST_HEAD.format(task_id=inst.task_id, family=inst.family).replace(
+        'Path("/app")', f"Path({str(app)!r})"
+    )
+    ns: dict = {}
+    exec(src + "\n\n" + inst.fam.tests(inst.params), ns)  # noqa: S102 - our own rendered tests
+    n = 0
+    for name, fn in ns.items():
+        if name.startswith("test_") and callable(fn):
+            try:
+                fn()
+                n += 1
+            except (AssertionError, OSError):
+                pass
+    return n
+
+
+def _setup(inst, app) -> None:
+    app.mkdir()
+    for name, content in inst.fam.files(inst.params).items():
+        (app / name).write_text(content)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_redirection_alone_earns_nothing_a_do_nothing_agent_does_not(tmp_path, family):
+    """`cmd > B.txt` creates B.txt (empty when cmd prints nothing, or hangs reading the
+    terminal) before cmd runs: every file the instruction names that is not there yet, created
+    empty, must pass no more cases than doing nothing, except where an empty file is itself
+    half of what was asked (create-file). The expert's command passes every case."""
+    inst = next(i for i in make_split(seed=5, train=1, heldout=0)["train"] if i.family == family)
+    total = inst.fam.tests(inst.params).count("def test_")
+    noop, hack, expert = (tmp_path / x for x in ("noop", "hack", "expert"))
+    for d in (noop, hack, expert):
+        _setup(inst, d)
+    named = set(re.findall(r"[\w.-]+\.(?:txt|log)", inst.instruction()))
+    for name in named:
+        if not (hack / name).exists():
+            (hack / name).write_text("")
+    subprocess.run(["bash", "-c", inst.commands()[0]], cwd=expert, check=True, timeout=30)
+    assert _passed(inst, expert) == total
+    gain = _passed(inst, hack) - _passed(inst, noop)
+    assert gain == (1 if family == "create-file" else 0), (family, gain, total)
