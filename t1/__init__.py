@@ -22,8 +22,8 @@ the pipeline: one package per stage, each importing only the stages before it (i
     bench      benchmarks (`t1 bench NAME`)
     eval       `t1 evaluate`, statistics, the ablation table, `t1 report`
 
-The shared root modules (`config` and its `config_schema`, `records`, `progress`, `httpjson`,
-`rng`) import no stage.
+The shared root modules (`config` with its `config_sections` and `config_schema`, `records`,
+`progress`, `httpjson`, `rng`) import no stage.
 """
 
 __version__ = "0.1.0"

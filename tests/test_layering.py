@@ -37,7 +37,15 @@ STAGES = (
     "eval",
 )
 # The small shared modules at the root: any stage may import them; they import no stage.
-SHARED = {"t1.config", "t1.config_schema", "t1.records", "t1.progress", "t1.httpjson", "t1.rng"}
+SHARED = {
+    "t1.config",
+    "t1.config_sections",
+    "t1.config_schema",
+    "t1.records",
+    "t1.progress",
+    "t1.httpjson",
+    "t1.rng",
+}
 # The command line names its subcommands' modules as strings and imports none of them.
 TOP = {"t1", "t1.cli"}
 
