@@ -100,3 +100,32 @@ def test_ppo_vs_sft_is_the_two_proportion_test_per_split(tmp_path):
     assert run_summary(run)["heldout"]["ppo_vs_sft"]["p"] > 0.05
     (run / "eval" / "ppo" / "eval.json").unlink()
     assert run_summary(run)["heldout"]["ppo_vs_sft"] is None  # one stage: no test
+
+
+def test_by_family_counts_each_family_apart_so_a_collapse_shows(tmp_path):
+    from t1.eval.report import family_table
+
+    run = tmp_path / "tiny"
+    held = [f"count-lines-{i:03d}" for i in range(4)] + [f"copy-file-{i:03d}" for i in range(4)]
+    _pool(run, "train", ["make-dirs-000"])
+    _pool(run, "eval", [*held, "stats-debug"])
+    write_json_atomic(
+        run / "tasks" / "families" / "families.json",
+        {"families": ["copy-file", "count-lines"], "train": [], "heldout": held},
+    )
+    dirs = {f"{i:05d}-{t}": t for i, t in enumerate([*held, "stats-debug"])}
+    _eval(run, "sft", {d: t.startswith("count") for d, t in dirs.items()})  # 4 of 9
+    _eval(run, "ppo", {d: t.startswith("copy") for d, t in dirs.items()})  # 4 of 9
+    s = run_summary(run)
+    assert s["heldout"]["sft"]["resolved_count"] == s["heldout"]["ppo"]["resolved_count"] == 4
+    # the total holds; the families do not, and a task outside t1 families is in none
+    assert s["heldout"]["sft"]["by_family"] == {
+        "copy-file": {"resolved_count": 0, "n": 4}, "count-lines": {"resolved_count": 4, "n": 4}
+    }  # fmt: skip
+    assert s["heldout"]["ppo"]["by_family"]["count-lines"] == {"resolved_count": 0, "n": 4}
+    table = family_table(s)
+    assert table.rows == [["copy-file", "0/4 → 4/4", "- → -", "- → -"],
+                          ["count-lines", "4/4 → 0/4", "- → -", "- → -"]]  # fmt: skip
+    (run / "tasks" / "families" / "families.json").unlink()
+    assert run_summary(run)["heldout"]["sft"]["by_family"] == {}
+    assert family_table(run_summary(run)) is None

@@ -120,11 +120,40 @@ def summary_section(summary: dict[str, Any], figure: Figure | None) -> Section:
              "the policy copies a name from the instruction rather than recall one."]
         ),
     ]  # fmt: skip
+    fam_table = family_table(summary)
+    if fam_table is not None:
+        blocks += [
+            Para(["Per task family, resolved of run, SFT → PPO (a family that collapses while "
+                  "the split's total holds shows here):"]),
+            fam_table,
+        ]  # fmt: skip
     if summary.get("notes"):
         blocks.append(Bullets([Para([n]) for n in summary["notes"]]))
     if figure:
         blocks.append(figure)
     return Section("Summary", blocks)
+
+
+def family_table(summary: dict[str, Any]) -> Table | None:
+    """Family x split, "SFT k/n → PPO k/n" (summary.json's `by_family`); None without any."""
+    from t1.eval.summary import REPORTED_SPLITS, STAGES
+
+    cells: dict[str, dict[str, str]] = {}
+    for split in REPORTED_SPLITS:
+        for stage in STAGES:
+            f = summary.get(split, {}).get(stage) or {}
+            for fam, c in (f.get("by_family") or {}).items():
+                cells.setdefault(fam, {}).setdefault(split, {})[stage] = (
+                    f"{c['resolved_count']}/{c['n']}"
+                )
+    if not cells:
+        return None
+    rows = [
+        [fam] + [" → ".join(cells[fam].get(sp, {}).get(st, "-") for st in STAGES)
+                 for sp in REPORTED_SPLITS]
+        for fam in sorted(cells)
+    ]  # fmt: skip
+    return Table(["family", *REPORTED_SPLITS], rows)
 
 
 def events_section(events: dict[str, list[dict[str, Any]]]) -> Section:

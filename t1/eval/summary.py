@@ -82,7 +82,8 @@ def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
     """`summary.json` of a campaign run, for scripts: per split and stage, from eval records.
 
     For `heldout`, `heldout_unseen` and `train`, each of `sft` and `ppo`: {resolved (rate),
-    resolved_count, n (trajectories), tasks, ci95 [low, high] (Wilson), pass_at_k, k, source},
+    resolved_count, n (trajectories), tasks, ci95 [low, high] (Wilson), pass_at_k, k, source,
+    by_family {family: {resolved_count, n}} over t1 families' tasks},
     or null when the run has no such evaluation, with a `notes` entry saying why; and
     `ppo_vs_sft`: {points, z, p, test} (`ppo_vs_sft`), null unless both were evaluated. A trajectory counts for
     `train` when its task id is in the run's train pool (pool/train/manifest.json), for
@@ -113,6 +114,7 @@ def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
     else:
         notes.append(f"no train pool ({train_manifest} missing): no run can be split")
     unseen_ids = _unseen_ids(home / FAMILIES_JSON, notes)
+    family_of = _families_of(home / FAMILIES_JSON)
     out: dict[str, Any] = {split: dict.fromkeys(STAGES) for split in REPORTED_SPLITS}
     for stage in STAGES:
         path = run_dir / "eval" / stage / "eval.json"
@@ -161,6 +163,7 @@ def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
                 "pass_at_k": b["pass_at_k"],
                 "k": k,
                 "source": _shown(path, run_dir),
+                "by_family": by_family(part, family_of),
             }
             if split == "train":
                 notes.append(
@@ -170,6 +173,20 @@ def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
     for split in REPORTED_SPLITS:
         out[split]["ppo_vs_sft"] = ppo_vs_sft(out[split])
     return {"schema_version": 1, "status": "complete", "run": run_dir.name, **out, "notes": notes}
+
+
+def by_family(rows: list[dict[str, Any]], family_of: dict[str, str]) -> dict[str, Any]:
+    """{family: {resolved_count, n}} over the rows of t1 families' tasks, by family name: a
+    rate that holds while one family collapses (count-lines 14 -> 0 of 16 under a reward hack,
+    LOG.md 2026-12-03) shows here, not in the split's total."""
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        fam = family_of.get(r["task"])
+        if fam is not None:
+            c = out.setdefault(fam, {"resolved_count": 0, "n": 0})
+            c["resolved_count"] += int(bool(r["resolved"]))
+            c["n"] += 1
+    return dict(sorted(out.items()))
 
 
 def ppo_vs_sft(split: dict[str, Any]) -> dict[str, Any] | None:
@@ -196,3 +213,18 @@ def _unseen_ids(path: Path, notes: list[str]) -> set[str]:
     if ids is None:
         notes.append(f"{UNSEEN}: {path} has no {UNSEEN} split")
     return set(map(str, ids or []))
+
+
+def _families_of(path: Path) -> dict[str, str]:
+    """task id -> family name for every task of t1 families' split (empty without one)."""
+    if not path.is_file():
+        return {}
+    doc = json.loads(path.read_text())
+    names = sorted(doc.get("families", []), key=len, reverse=True)  # longest first: a prefix
+    out = {}
+    for split in ("train", "heldout", UNSEEN):
+        for tid in map(str, doc.get(split) or []):
+            fam = next((f for f in names if tid.startswith(f + "-")), None)
+            if fam is not None:
+                out[tid] = fam
+    return out
