@@ -179,7 +179,7 @@ def test_summary_json_splits_held_out_from_train_pool_tasks_and_marks_what_is_mi
     s = run_summary(run)
     assert s["heldout"]["sft"] == {"resolved": 1.0, "resolved_count": 2, "n": 2, "tasks": 1,
                                    "k": 2, "pass_at_k": 1.0, "ci95": list(wilson_interval(2, 2)),
-                                   "source": "eval/sft/eval.json"}  # fmt: skip
+                                   "source": "eval/sft/eval.json", "by_family": {}}  # fmt: skip
     t = s["train"]["sft"]
     assert (t["resolved"], t["n"], t["pass_at_k"]) == (0.5, 2, 1.0)
     assert t["ci95"] == pytest.approx([0.094531, 0.905469], abs=1e-5)  # Wilson 1/2
