@@ -113,8 +113,7 @@ def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
         }
     else:
         notes.append(f"no train pool ({train_manifest} missing): no run can be split")
-    unseen_ids = _unseen_ids(home / FAMILIES_JSON, notes)
-    family_of = _families_of(home / FAMILIES_JSON)
+    unseen_ids, family_of = _family_split(home / FAMILIES_JSON, notes)
     out: dict[str, Any] = {split: dict.fromkeys(STAGES) for split in REPORTED_SPLITS}
     for stage in STAGES:
         path = run_dir / "eval" / stage / "eval.json"
@@ -204,27 +203,21 @@ def ppo_vs_sft(split: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def _unseen_ids(path: Path, notes: list[str]) -> set[str]:
-    """The task ids of t1 families' `heldout_unseen` split (empty, with a note, without it)."""
+def _family_split(path: Path, notes: list[str]) -> tuple[set[str], dict[str, str]]:
+    """t1 families' split (families.json): the `heldout_unseen` task ids, and task id -> family
+    for every task (an id is `<family>-NNN`); empty, with a note, without it."""
     if not path.is_file():
         notes.append(f"{UNSEEN}: no family split ({path} missing)")
-        return set()
-    ids = json.loads(path.read_text()).get(UNSEEN)
+        return set(), {}
+    doc = json.loads(path.read_text())
+    ids = doc.get(UNSEEN)
     if ids is None:
         notes.append(f"{UNSEEN}: {path} has no {UNSEEN} split")
-    return set(map(str, ids or []))
-
-
-def _families_of(path: Path) -> dict[str, str]:
-    """task id -> family name for every task of t1 families' split (empty without one)."""
-    if not path.is_file():
-        return {}
-    doc = json.loads(path.read_text())
-    names = sorted(doc.get("families", []), key=len, reverse=True)  # longest first: a prefix
-    out = {}
-    for split in ("train", "heldout", UNSEEN):
-        for tid in map(str, doc.get(split) or []):
-            fam = next((f for f in names if tid.startswith(f + "-")), None)
-            if fam is not None:
-                out[tid] = fam
-    return out
+    families = set(doc.get("families", []))
+    family_of = {
+        tid: tid.rsplit("-", 1)[0]
+        for split in ("train", "heldout", UNSEEN)
+        for tid in map(str, doc.get(split) or [])
+        if tid.rsplit("-", 1)[0] in families
+    }
+    return set(map(str, ids or [])), family_of

@@ -279,24 +279,24 @@ class PtyShell:
         """
         self._write(b"\x03")
         if self._await_shell(out, INTERRUPT_GRACE_S) == "X":
-            return RESTART_NOTE if self._wait_ready(out) else self._dead()
+            return self._restarted(out)
         if self._sync_tries(out):
             return ""
         fg = self._fg_pgid()
         if fg > 0 and fg != self.shell_pgid:
             _killpg(fg)
             if self._await_shell(out, INTERRUPT_GRACE_S) == "X":
-                return RESTART_NOTE if self._wait_ready(out) else self._dead()
+                return self._restarted(out)
             if self._sync_tries(out):
                 return ""
         if self.shell_pgid > 0:
             _killpg(self.shell_pgid)
+        return self._restarted(out)
+
+    def _restarted(self, out: CappedOutput) -> str:
+        """The note of a restarted shell, once the loop's new bash is ready."""
         if self._wait_ready(out):
             return RESTART_NOTE
-        return self._dead()
-
-    @staticmethod
-    def _dead() -> str:
         raise SandboxError("sandbox shell hung and could not be restarted")
 
     def _await_shell(self, out: CappedOutput, wait_s: float) -> str:
