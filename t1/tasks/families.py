@@ -168,6 +168,15 @@ def _body(lines: list[str]) -> str:
 # to `grep W > B.txt` (a grep with no file, which hangs), and PPO learnt it on grep-lines and
 # carried it over to count-lines (14 -> 0 of 16 held-out, 2026-12-03). An output's content test
 # implies it exists; only create-file keeps "the file exists", which is half of what it asks.
+#
+# Every expert command names the instruction's names in the order the instruction does. The
+# tiny MoE copies a name in order (an induction head: after the last copied token, what
+# followed it) but did not learn to reorder them: with grep-lines' expert command `grep WORD
+# SRC.txt > DST.txt` for "the lines of SRC.txt that contain WORD to DST.txt", greedy decoding
+# after pre-training typed 0 of 16 held-out commands right (the source name was another word),
+# at every stage of every run. `cat SRC.txt | grep WORD > DST.txt` asks the same of the
+# verifier and only an in-order copy of the model: 16 of 16 (LOG.md, 2026-12-03, ninth
+# session). The policy may still answer any way that passes the tests.
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
@@ -247,7 +256,7 @@ FAMILIES: dict[str, Family] = {
                 f"In /app, write the lines of {p['src']}.txt that contain {p['word']} "
                 f"to {p['dst']}.txt."
             ),
-            lambda p: f"grep {p['word']} {p['src']}.txt > {p['dst']}.txt",
+            lambda p: f"cat {p['src']}.txt | grep {p['word']} > {p['dst']}.txt",
             lambda p: {f"{p['src']}.txt": _body(p["lines"])},
             lambda p: (
                 f"def test_lines():\n    assert _read('{p['dst']}.txt') == "
