@@ -74,7 +74,9 @@ def test_summary_groups_by_category_and_difficulty_of_both_layouts():
     assert s["by_category"]["scripting"]["resolved_rate"] == 0.5
     assert s["by_category"]["debugging"]["resolved"] == 0
     assert s["by_difficulty"]["medium"]["trajectories"] == 4
-    assert s["by_status"] == {"COMPLETED": 3, "FAILED": 1}
+    assert s["by_status"] == {"COMPLETED": 3, "FAILED": 1} and s["verifier_retried"] == 0
+    retried = [dict(ROWS[0], verifier_tries=2), *ROWS[1:]]
+    assert summarize(retried, tasks, k=2)["verifier_retried"] == 1
 
 
 @pytest.fixture(scope="module")

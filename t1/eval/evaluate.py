@@ -21,7 +21,7 @@ Reported overall, per category and per difficulty (t1.eval.stats holds the math)
 Outputs: `--out DIR` writes DIR/eval.json, DIR/eval.md and the trajectories (t1.rollout.collect
 layout); `--json FILE` writes the same JSON document to FILE; the Markdown goes to stdout.
 The JSON (schema_version 2, status "complete") holds `k`, `summary` {overall, by_category,
-by_difficulty, by_status}, `tasks` (one row per task) and `trajectories` (one row per run).
+by_difficulty, by_status, verifier_retried}, `tasks` (one row per task) and `trajectories` (one row per run).
 Without `--config` the defaults of t1/config.py apply; the tokenizer defaults to the run's
 (<results>/<run>/tokenizer). Reward: the run's (t1.rollout.collect.reward_of); tasks outside a pool
 with `reward.scale` 0 are scored passed/10, as `t1 oracle` does (the reward column is for
@@ -71,6 +71,7 @@ def attempt_rows(batch) -> list[dict[str, Any]]:
                 "total": t.metadata.get("total") if scored else None,
                 "reward": t.reward,
                 "turns": len(t.turns),
+                "verifier_tries": t.metadata.get("verifier_tries", 1),
             }
         )
     for d in batch.dropped:  # with admit = launched, only runs that did not complete are here
@@ -91,7 +92,8 @@ def attempt_rows(batch) -> list[dict[str, Any]]:
 
 
 def summarize(rows: list[dict[str, Any]], tasks: dict[str, Task], k: int) -> dict[str, Any]:
-    """Overall, per category and per difficulty blocks, and trajectory counts by status."""
+    """Overall, per category and per difficulty blocks, trajectory counts by status, and how
+    many verifier runs erred and ran again (t1.agent.loop.verify_with_retry)."""
     groups: dict[str, dict[str, list]] = {
         "by_category": defaultdict(list),
         "by_difficulty": defaultdict(list),
@@ -106,6 +108,7 @@ def summarize(rows: list[dict[str, Any]], tasks: dict[str, Task], k: int) -> dic
         "overall": block(rows, k),
         **{name: {key: block(v, k) for key, v in sorted(g.items())} for name, g in groups.items()},
         "by_status": dict(sorted(statuses.items())),
+        "verifier_retried": sum(r.get("verifier_tries", 1) > 1 for r in rows),
     }
 
 
@@ -142,6 +145,10 @@ def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def _retried(n: int) -> str:
+    return f" {n} verifier runs erred (timed out, killed) and ran again." if n else ""
+
+
 def markdown(doc: dict[str, Any]) -> str:
     k = doc["k"]
     pass_k = f" pass@{k} |" if k > 1 else ""  # pass@1 is already there
@@ -153,7 +160,8 @@ def markdown(doc: dict[str, Any]) -> str:
         f"# Evaluation: {doc['label']}",
         "",
         f"Policy `{doc['policy']}`, {doc['summary']['overall']['tasks']} tasks x {k} runs; "
-        f"reward {doc['reward']['kind']}, scale {doc['reward']['scale']:g}.",
+        f"reward {doc['reward']['kind']}, scale {doc['reward']['scale']:g}."
+        + _retried(doc["summary"].get("verifier_retried", 0)),
         "",
     ]
 
