@@ -240,9 +240,12 @@ VERIFIER_TRIES = 2
 def verify_with_retry(task: Task, sandbox, metadata: dict):
     """`score_in_sandbox`, once more at twice the timeout when it errs (timed out, killed,
     no outcomes): a loaded machine's timeout is not the agent's failure, and under load it
-    moved 4-5 of 128 held-out verdicts of a campaign (LOG.md, 2026-12-03). A retry cannot
-    turn a failure into a pass that the tests did not report: an error is never rewarded, and
-    the verifier stops the agent and reads the tests from a fresh copy on every run. Writes
+    moved 4-5 of 128 held-out verdicts of a campaign (LOG.md, 2026-12-03), and a reward that
+    depends on the machine's load makes two runs of one campaign differ. A retry reports only
+    what the tests report: an error is never rewarded, and the hardened verifier stops the
+    agent and runs a fresh copy of the tests in a new compartment each time (the in-shell path
+    runs them again in the agent's shell). The price: a program of the agent's that the tests
+    wait on longer than the task's timeout gets twice it on the retry. Writes
     `seconds_verifier` (all runs) and, after a retry, `verifier_tries` and
     `verifier_first_error` into `metadata`."""
     v = score_in_sandbox(task, sandbox)
