@@ -265,6 +265,7 @@ class FamiliesConfig:
     heldout_unseen: int = 8  # per family, named from words no stage trains on (evaluated only)
     names: list[str] = field(default_factory=list)  # [] = every family
     words: int = 0  # draw names from the first N words of the list (0 = all 128)
+    train_made_up: int = 0  # more training instances per family, named with made-up words
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,8 @@ def tok(tmp_path_factory, cfg):
 
 def _split(cfg):
     fc = cfg.families
-    return make_split(cfg.run.seed, fc.train, fc.heldout, list(fc.names) or None, fc.words, UNSEEN)
+    names = list(fc.names) or None
+    return make_split(cfg.run.seed, fc.train, fc.heldout, names, fc.words, UNSEEN, fc.train_made_up)
 
 
 def _words(text: str) -> set[str]:
@@ -76,7 +77,7 @@ def test_unseen_split_has_64_instances_named_only_from_the_unseen_pool(tmp_path,
     assert len(_words(contents) & set(UNSEEN_WORDS)) >= 20
     # the unseen draws have their own stream: train and held-out are those of a split without
     fc = cfg.families
-    plain = make_split(cfg.run.seed, fc.train, fc.heldout, None, fc.words)
+    plain = make_split(cfg.run.seed, fc.train, fc.heldout, None, fc.words, 0, fc.train_made_up)
     assert plain["train"] == split["train"] and plain["heldout"] == split["heldout"]
     assert plain["heldout_unseen"] == []
     ids = [i.task_id for part in split.values() for i in part]

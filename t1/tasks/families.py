@@ -30,7 +30,8 @@ these words into 2 or more tokens. A held-out instance recombines words the poli
 every stage; an unseen one measures whether it copies a name from the prompt at all
 (tests/test_families_unseen.py scans the stages' texts for the pool). Per family: N =
 `families.heldout_unseen` (8; HELDOUT_UNSEEN without a config).
-`synthetic_name` makes up names for the pre-training corpus (draw_corpus's `synthetic`).
+`synthetic_name` makes up names for the pre-training corpus (draw_corpus's `synthetic`) and
+for `families.train_made_up` more training instances per family (make_split's `made_up`).
 
 Families, by category (difficulty in brackets; the no-op score is what an agent that does
 nothing passes):
@@ -310,12 +311,15 @@ def make_split(
     families: list[str] | None = None,
     words: int = 0,
     unseen: int = 0,
+    made_up: int = 0,
 ) -> dict[str, list[Instance]]:
     """`train` and `heldout` instances per family; held-out ones share no parameter tuple with
     the training ones and each holds a word its family's training instances never use.
     `words`: draw from the first N words of WORDS (0 = all). `unseen` per family go to
     `heldout_unseen`, every word drawn from UNSEEN_WORDS (its own random stream: the train and
-    held-out draws are the same whatever `unseen` is)."""
+    held-out draws are the same whatever `unseen` is). `made_up` more training instances per
+    family name everything with fresh `synthetic_name`s (their own stream, indexed after the
+    unseen ones): the SFT experts and PPO then reward copying names of no fixed vocabulary."""
     pool = word_pool(words)
     names = families or list(FAMILIES)
     unknown = sorted(set(names) - set(FAMILIES))
@@ -345,6 +349,18 @@ def make_split(
             seen.add(key_of(name, p))
             out["heldout"].append(Instance(name, p, train + j))
     out["heldout_unseen"] = _unseen(seed, unseen, names, train + heldout)
+    out["train"] += _made_up(seed, made_up, names, train + heldout + unseen)
+    return out
+
+
+def _made_up(seed: int, n: int, names: list[str], first: int) -> list[Instance]:
+    """`n` instances per family, each drawn from 8 fresh made-up names, indexed from `first`."""
+    r = random.Random(f"t1-families-made-up-{seed}")
+    out = []
+    for name in names:
+        for j in range(n):
+            words = tuple(sorted({synthetic_name(r) for _ in range(8)}))
+            out.append(Instance(name, FAMILIES[name].draw(r, words), first + j))
     return out
 
 
@@ -483,6 +499,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--heldout-unseen", type=int, help="instances per family named from UNSEEN_WORDS"
     )
+    parser.add_argument(
+        "--train-made-up", type=int, help="more training instances per family, made-up names"
+    )
     parser.add_argument("--seed", type=int)
 
 
@@ -498,7 +517,10 @@ def main(args: argparse.Namespace) -> int:
     if unseen is None:  # families.heldout_unseen
         unseen = fc.heldout_unseen if fc else HELDOUT_UNSEEN
     names = list(fc.names) if fc and fc.names else None
-    split = make_split(seed, train, heldout, names, fc.words if fc else 0, unseen)
+    made_up = args.train_made_up
+    if made_up is None:  # families.train_made_up
+        made_up = fc.train_made_up if fc else 0
+    split = make_split(seed, train, heldout, names, fc.words if fc else 0, unseen, made_up)
     s = write_split(split, Path(args.out), seed)
     print(f"t1 families: {len(s['train'])} training, {len(s['heldout'])} held-out and "
           f"{len(s['heldout_unseen'])} unseen-name tasks of {len(s['families'])} families "

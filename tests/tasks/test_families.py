@@ -45,6 +45,36 @@ def test_heldout_instances_are_new_tuples_with_a_word_the_family_never_trained_o
     assert make_split(seed=4, train=6, heldout=3) != split
 
 
+def test_made_up_training_instances_join_the_train_split_and_change_nothing_else(tmp_path):
+    from t1.cli import main
+    from t1.tasks.families import UNSEEN_WORDS, WORDS
+
+    plain = make_split(seed=3, train=2, heldout=2, unseen=1)
+    split = make_split(seed=3, train=2, heldout=2, unseen=1, made_up=3)
+    made_up = split["train"][len(plain["train"]) :]
+    assert split["train"][: len(plain["train"])] == plain["train"]
+    assert (split["heldout"], split["heldout_unseen"]) == (
+        plain["heldout"],
+        plain["heldout_unseen"],
+    )
+    assert len(made_up) == 3 * len(FAMILIES) and {i.family for i in made_up} == set(FAMILIES)
+    names = set().union(*(words_of(i.params) for i in made_up))
+    assert not names & (set(WORDS) | set(UNSEEN_WORDS)) and len(names) > 3 * len(FAMILIES)
+    ids = [i.task_id for part in split.values() for i in part]
+    assert len(ids) == len(set(ids)) and made_up[0].index == 2 + 2 + 1
+    # the config key reaches `t1 families` (and its flag overrides it)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("families: {train: 2, heldout: 2, heldout_unseen: 1, train_made_up: 3}\n")
+    assert main(["families", "--config", str(cfg), "--out", str(tmp_path / "a")]) == 0
+    doc = json.loads((tmp_path / "a" / "families.json").read_text())
+    assert len(doc["train"]) == (2 + 3) * len(FAMILIES)
+    assert main(["families", "--config", str(cfg), "--out", str(tmp_path / "b"),
+                 "--train-made-up", "0"]) == 0  # fmt: skip
+    assert len(json.loads((tmp_path / "b" / "families.json").read_text())["train"]) == 2 * len(
+        FAMILIES
+    )
+
+
 def test_unknown_family_is_refused():
     with pytest.raises(ValueError, match="unknown task families"):
         make_split(0, 1, 1, ["create-file", "nope"])
