@@ -170,6 +170,13 @@ def _body(lines: list[str]) -> str:
 # carried it over to count-lines (14 -> 0 of 16 held-out, 2026-12-03). An output's content test
 # implies it exists; only create-file keeps "the file exists", which is half of what it asks.
 #
+# Every family has two assertions, so a resolved instance earns the same dense reward in every
+# family (2/3 at the tiny config's scale 3). With count-lines and grep-lines at one assertion,
+# a resolved text task earned 1/3, below the PPO rollouts' mean reward (0.41: seed tasks capped
+# at the scale earn 1.0 unresolved), and a critic that does not yet tell tasks apart gave every
+# right answer of theirs a negative advantage: PPO unlearnt them (grep-lines 14 -> 6,
+# count-lines 15 -> 3 of 16 held-out, LOG.md 2026-12-03, ninth session).
+#
 # Every expert command names the instruction's names in the order the instruction does. The
 # tiny MoE copies a name in order (an induction head: after the last copied token, what
 # followed it) but did not learn to reorder them: with grep-lines' expert command `grep WORD
@@ -237,6 +244,7 @@ FAMILIES: dict[str, Family] = {
             lambda p: f"wc -l < {p['src']}.txt > {p['dst']}.txt",
             lambda p: {f"{p['src']}.txt": _body(p["lines"])},
             lambda p: (
+                f"def test_one_number():\n    assert _read('{p['dst']}.txt').strip().isdigit()\n\n\n"
                 f"def test_count():\n    assert _read('{p['dst']}.txt').strip() == '{len(p['lines'])}'\n"
             ),
         ),
@@ -260,6 +268,8 @@ FAMILIES: dict[str, Family] = {
             lambda p: f"cat {p['src']}.txt | grep {p['word']} > {p['dst']}.txt",
             lambda p: {f"{p['src']}.txt": _body(p["lines"])},
             lambda p: (
+                f"def test_only_matching():\n    out = _read('{p['dst']}.txt').splitlines()\n"
+                f"    assert out and all({p['word']!r} in x for x in out)\n\n\n"
                 f"def test_lines():\n    assert _read('{p['dst']}.txt') == "
                 f"{_body([x for x in p['lines'] if p['word'] in x])!r}\n"
             ),

@@ -230,5 +230,8 @@ def test_a_redirection_alone_earns_nothing_a_do_nothing_agent_does_not(tmp_path,
             (hack / name).write_text("")
     subprocess.run(["bash", "-c", inst.commands()[0]], cwd=expert, check=True, timeout=30)
     assert _passed(inst, expert) == total
+    # two cases in every family: a resolved instance earns the same dense reward in each (a
+    # one-case family's right answer earned half a two-case one's, and PPO unlearnt it)
+    assert total == 2, (family, total)
     gain = _passed(inst, hack) - _passed(inst, noop)
     assert gain == (1 if family == "create-file" else 0), (family, gain, total)
