@@ -3,7 +3,7 @@
     t1 families --config workflow/config/tiny.yaml --out results/tiny/tasks/families
 
 Each family is a parameterized one-command shell task ("In /app, copy tulip.txt to
-cedar.txt.") with 2-3 pytest assertions (dense reward), rendered in the v2 (Harbor) layout
+cedar.txt.") with 2 pytest assertions (dense reward), rendered in the v2 (Harbor) layout
 that `t1 synth` writes: instruction.md, task.toml, environment/Dockerfile (+ files/),
 solution/solve.sh, tests/test.sh + tests/test_outputs.py. Their verifiers run through the same
 oracle, no-op, audit-free pool and reward path as every other task.
@@ -36,7 +36,7 @@ for `families.train_made_up` more training instances per family (make_split's `m
 Families, by category (difficulty in brackets; the no-op score is what an agent that does
 nothing passes):
 
-  files   create-file [easy], make-dirs [easy], copy-file [easy, no-op 1/3],
+  files   create-file [easy], make-dirs [easy], copy-file [easy, no-op 1/2],
           rename-file [easy], delete-file [easy, no-op 1/2]
   text    count-lines [medium], sort-lines [medium], grep-lines [medium]
 """
