@@ -277,6 +277,10 @@ class PretrainConfig:
     full_fraction: float = 1.0
     pack: int = 1
     synthetic_names: float = 0.0  # fraction of transcripts named with made-up words (copying)
+    # families the corpus holds less of: each at rare_share of another family's transcripts
+    # (a base model's prior is thin on some commands; SFT and PPO then have those to learn)
+    rare_families: list[str] = field(default_factory=list)
+    rare_share: float = 1.0
     copy_steps: int = 0  # copy warm-up steps before the corpus (t1.train.copy_warmup); 0 = none
     copy_batch: int = 32  # rows per copy warm-up step
     epochs: int = 1

@@ -48,7 +48,7 @@ import argparse
 import json
 import random
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -360,18 +360,37 @@ def _unseen(seed: int, n: int, names: list[str], first: int) -> list[Instance]:
 
 
 def draw_corpus(
-    seed: int, n: int, exclude: set[str], words: int = 0, synthetic: float = 0.0
+    seed: int,
+    n: int,
+    exclude: set[str],
+    words: int = 0,
+    synthetic: float = 0.0,
+    rare: Mapping[str, float] | None = None,
 ) -> Iterator[Instance]:
     """`n` random instances over all families, none of whose keys is in `exclude`. With
     probability `synthetic` an instance draws from 8 fresh `synthetic_name`s instead of the
-    word pool: names it can only copy from the instruction, never recall from a list."""
+    word pool: names it can only copy from the instruction, never recall from a list.
+
+    Families take turns; `rare` maps a family to its share of a turn (0 < share <= 1): at 0.1
+    it holds a tenth of the transcripts another family holds, decided by its own random stream
+    (`rare` empty draws exactly what it always drew)."""
+    rare = dict(rare or {})
+    for name, share in rare.items():
+        if name not in FAMILIES or not 0.0 < share <= 1.0:
+            raise ValueError(
+                f"rare family {name!r}: a family of {sorted(FAMILIES)} with a share in (0, 1], got {share}"
+            )
     pool = word_pool(words)
     r = random.Random(f"t1-corpus-{seed}")
     fresh = random.Random(f"t1-corpus-names-{seed}")  # synthetic 0 draws what it always drew
+    turns = random.Random(f"t1-corpus-rare-{seed}")
     names = list(FAMILIES)
-    i = 0
+    i = k = 0
     while i < n:
-        name = names[i % len(names)]
+        name = names[k % len(names)]
+        if name in rare and turns.random() >= rare[name]:
+            k += 1
+            continue
         made_up: set[str] = set()
         while synthetic > 0 and len(made_up) < 8 and (made_up or fresh.random() < synthetic):
             made_up.add(synthetic_name(fresh))
@@ -380,6 +399,7 @@ def draw_corpus(
             continue
         yield Instance(name, p, i)
         i += 1
+        k += 1
 
 
 def render(inst: Instance, out: Path) -> Path:

@@ -42,7 +42,7 @@ from t1.agent.expert import FINAL_ANSWER
 from t1.agent.loop import SYSTEM_SUFFIX, format_observation
 from t1.agent.tokenizer import IM_START
 from t1.config import Config
-from t1.tasks.families import WORKDIR, Instance, draw_corpus, key_of, make_split
+from t1.tasks.families import FAMILIES, WORKDIR, Instance, draw_corpus, key_of, make_split
 from t1.train.batch import Row
 
 
@@ -87,7 +87,16 @@ def corpus_rows(cfg: Config, tokenizer: Any) -> list[Row]:
     synthetic = p.synthetic_names
     if not 0.0 <= synthetic <= 1.0:
         raise ValueError(f"pretrain.synthetic_names must be in [0, 1], got {synthetic}")
-    insts = draw_corpus(cfg.run.seed, p.examples, heldout_keys(cfg), cfg.families.words, synthetic)
+    if not 0.0 < p.rare_share <= 1.0:
+        raise ValueError(f"pretrain.rare_share must be in (0, 1], got {p.rare_share}")
+    unknown = sorted(set(p.rare_families) - set(FAMILIES))
+    if unknown:
+        raise ValueError(
+            f"pretrain.rare_families: no such family {unknown}; families: {sorted(FAMILIES)}"
+        )
+    rare = {name: p.rare_share for name in p.rare_families}
+    keys = heldout_keys(cfg)
+    insts = draw_corpus(cfg.run.seed, p.examples, keys, cfg.families.words, synthetic, rare)
     rng = random.Random(f"t1-pretrain-rows-{cfg.run.seed}")
     rows: list[Row] = []
     pending: list[Row] = []

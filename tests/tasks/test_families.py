@@ -177,6 +177,40 @@ def test_packed_rows_drop_the_system_turn_and_keep_every_tool_call(tok):
         corpus_rows(Config(**base, pretrain=PretrainConfig(examples=4, pack=0)), tok)
 
 
+def test_rare_families_hold_their_share_of_the_corpus(tok):
+    """pretrain.rare_families / rare_share: a rare family holds about `share` of the transcripts
+    another family holds; none rare draws exactly the corpus it always drew."""
+    text = ["count-lines", "sort-lines", "grep-lines"]
+    keys = heldout_keys(Config(families=FamiliesConfig(enabled=True, train=4, heldout=4)))
+    plain = [(i.family, i.params) for i in draw_corpus(0, 400, keys, 24, 0.5)]
+    assert plain == [(i.family, i.params) for i in draw_corpus(0, 400, keys, 24, 0.5, {})]
+    drawn = list(draw_corpus(0, 8000, keys, 24, 0.5, dict.fromkeys(text, 0.2)))
+    counts = {name: sum(i.family == name for i in drawn) for name in FAMILIES}
+    assert len(drawn) == 8000 and not {key_of(i.family, i.params) for i in drawn} & keys
+    for name in text:
+        assert 0.15 < counts[name] / counts["copy-file"] < 0.25, counts
+    assert len({counts[name] for name in FAMILIES if name not in text}) <= 2  # round-robin
+    # the config keys reach the corpus, and a bad one is refused naming it
+    base = {"families": FamiliesConfig(enabled=True, train=2, heldout=1)}
+    pre = {"examples": 200, "pack": 1}
+    rows = corpus_rows(
+        Config(**base, pretrain=PretrainConfig(**pre, rare_families=text, rare_share=0.1)), tok
+    )
+    fams = [r.meta["family"] for r in rows]
+    assert len(rows) == 200 and sum(f in text for f in fams) < 0.1 * 200
+    with pytest.raises(ValueError, match="no such family"):
+        corpus_rows(
+            Config(
+                **base, pretrain=PretrainConfig(**pre, rare_families=["ls-dir"], rare_share=0.5)
+            ),
+            tok,
+        )
+    with pytest.raises(ValueError, match="rare_share"):
+        corpus_rows(
+            Config(**base, pretrain=PretrainConfig(**pre, rare_families=text, rare_share=0.0)), tok
+        )
+
+
 def test_words_limits_the_names_drawn():
     split = make_split(seed=0, train=3, heldout=1, words=12)
     from t1.tasks.families import WORDS
