@@ -1,4 +1,5 @@
-"""A verifier that errs runs once more at twice the timeout (t1.agent.loop.verify_with_retry).
+"""A verifier that errs runs once more at twice the timeout (t1.verify.verifier.score_retrying:
+the agent loop's reward, t1.agent.loop.verify_with_retry, and `t1 oracle`).
 
 .venv/bin/pytest tests/test_verifier_retry.py -q
 
@@ -69,3 +70,22 @@ def test_a_verifier_that_timed_out_runs_again_at_twice_the_timeout(tmp_path, mon
     else:
         assert traj.status == Status.FAILED and "timed out after 4 s" in traj.reason
         assert "verifier_tries" not in md and traj.reward is None
+
+
+@pytest.mark.parametrize("tries", [2, 1], ids=["retried", "once"])
+def test_t1_oracle_retries_a_verifier_that_timed_out(tmp_path, monkeypatch, tries):
+    """Pool validation (`t1 oracle`) takes the same retry, so a loaded machine does not reject
+    a good task; tries=1 (the negative control) reports the timeout as the row's error."""
+    from t1.verify import oracle, verifier
+
+    monkeypatch.setattr(verifier, "VERIFIER_TRIES", tries)
+    row = oracle.run_task(_slow_task(tmp_path), agent="noop")
+    assert row["verifier_tries"] == tries
+    if tries == 2:
+        assert row["error"] is None and (row["passed"], row["total"], row["resolved"]) == (
+            1,
+            1,
+            True,
+        )
+    else:
+        assert "timed out" in row["error"] and not row["resolved"]

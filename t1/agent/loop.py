@@ -38,7 +38,7 @@ from t1.config import AgentConfig
 from t1.engine.base import Engine, GenerateRequest, SamplingParams
 from t1.tasks.model import Task
 from t1.verify.reward import RewardSpec
-from t1.verify.verifier import score_in_sandbox
+from t1.verify.verifier import VERIFIER_TRIES, score_retrying
 
 CUT_MARK = "\n[... {n} tokens of output cut ...]\n"
 
@@ -234,26 +234,14 @@ def run_agent(
     return traj
 
 
-VERIFIER_TRIES = 2
+VERIFIER_TRIES = VERIFIER_TRIES  # read at each call (tests set it)
 
 
 def verify_with_retry(task: Task, sandbox, metadata: dict):
-    """`score_in_sandbox`, once more at twice the timeout when it errs (timed out, killed,
-    no outcomes): a loaded machine's timeout is not the agent's failure, and under load it
-    moved 4-5 of 128 held-out verdicts of a campaign (LOG.md, 2026-12-03), and a reward that
-    depends on the machine's load makes two runs of one campaign differ. A retry reports only
-    what the tests report: an error is never rewarded, and the hardened verifier stops the
-    agent and runs a fresh copy of the tests in a new compartment each time (the in-shell path
-    runs them again in the agent's shell). The price: a program of the agent's that the tests
-    wait on longer than the task's timeout gets twice it on the retry. Writes
-    `seconds_verifier` (all runs) and, after a retry, `verifier_tries` and
-    `verifier_first_error` into `metadata`."""
-    v = score_in_sandbox(task, sandbox)
-    seconds, first, n = v.seconds, v.error, 1
-    while v.error and n < VERIFIER_TRIES:
-        n += 1
-        v = score_in_sandbox(task, sandbox, timeout=task.verifier_timeout_s * 2 ** (n - 1))
-        seconds += v.seconds
+    """`score_retrying` (t1.verify.verifier: once more at twice the timeout when the verifier
+    errs; an error is never rewarded). Writes `seconds_verifier` (all runs) and, after a retry,
+    `verifier_tries` and `verifier_first_error` into `metadata`."""
+    v, n, first, seconds = score_retrying(task, sandbox, VERIFIER_TRIES)
     metadata["seconds_verifier"] = seconds
     if n > 1:
         metadata.update({"verifier_tries": n, "verifier_first_error": first})

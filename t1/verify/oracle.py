@@ -11,8 +11,10 @@ start a fresh sandbox (both in t1.tasks.env), then
   in the sandbox's persistent shell from the workdir (solution.yaml: each command in turn),
   within the task's agent timeout; background servers it starts stay alive;
 * noop: nothing;
-then the verifier in the same sandbox (t1.verify.verifier.score_in_sandbox) and the reward
-(t1.verify.reward, kind and scale from `--config`, default dense with scale 10).
+then the verifier in the same sandbox (t1.verify.verifier.score_retrying: once more at twice
+the timeout when it errs, as in a rollout, so a loaded machine does not reject a good task;
+`verifier_tries` in the row) and the reward (t1.verify.reward, kind and scale from `--config`,
+default dense with scale 10).
 
 Prints a table (task, passed/total, resolved, reward, seconds, error) on stdout and progress
 with an ETA on stderr (t1.progress); `--json FILE` writes a list of objects with exactly the keys `task`, `agent`,
@@ -46,7 +48,7 @@ from t1.tasks import Task, TaskError, check_task, find_tasks, load_task
 from t1.tasks.env import open_task_sandbox, run_solution
 from t1.verify.result import VerifierResult
 from t1.verify.reward import RewardSpec
-from t1.verify.verifier import score_in_sandbox
+from t1.verify.verifier import score_retrying
 
 __all__ = ["run_task"]
 
@@ -61,6 +63,7 @@ ROW_KEYS = (
     "seconds",
     "assertions",
     "error",
+    "verifier_tries",
 )
 
 
@@ -82,13 +85,13 @@ def run_task(
     reward = reward or RewardSpec()
     t0 = time.monotonic()
     name = task.id if isinstance(task, Task) else Path(task).name
-    result, error = VerifierResult(), None
+    result, error, tries = VerifierResult(), None, 0
     try:
         if not isinstance(task, Task):
             task = load_task(task)
         with open_task_sandbox(task, backend, cache_dir, limits, network) as sb:
             solution_error = run_solution(task, sb) if agent == "oracle" else None
-            result = score_in_sandbox(task, sb)
+            result, tries, _, _ = score_retrying(task, sb)
         error = result.error or (f"tampered: {result.tampered}" if result.tampered else None)
         if solution_error and (error or not result.resolved or "timed out" in solution_error):
             error = solution_error + (f"; {error}" if error else "")
@@ -107,6 +110,7 @@ def run_task(
         "seconds": round(time.monotonic() - t0, 3),
         "assertions": [{"name": a.name, "outcome": a.outcome} for a in result.assertions],
         "error": error,
+        "verifier_tries": tries,  # 2: the first run erred (t1.verify.verifier.score_retrying)
     }
 
 

@@ -199,3 +199,29 @@ def score_in_sandbox(
     else:
         result = _score_in_shell(task, sandbox, timeout)
     return check_against(result, recorded_names(task) if expected is None else expected)
+
+
+VERIFIER_TRIES = 2
+
+
+def score_retrying(
+    task: Task, sandbox, tries: int | None = None
+) -> tuple[VerifierResult, int, str | None, float]:
+    """`score_in_sandbox`, again at twice the timeout while it errs (timed out, killed, no
+    outcomes), at most `tries` runs (default VERIFIER_TRIES): a loaded machine's timeout is not the agent's failure,
+    and under load it moved 4-5 of 128 held-out verdicts of a campaign (LOG.md, 2026-12-03),
+    so a reward, or a pool's validation, that depends on the machine's load makes two runs of
+    one campaign differ. A retry reports only what the tests report: an error is never
+    rewarded, and the hardened verifier stops the agent and runs a fresh copy of the tests in a
+    new compartment each time (the in-shell path runs them again in the agent's shell). The
+    price: a program of the agent's that the tests wait on longer than the task's timeout gets
+    twice it on the retry. Returns (result, runs, the first run's error, seconds of all runs).
+    Used by the agent loop's reward (t1.agent.loop) and `t1 oracle` (t1.verify.oracle)."""
+    tries = VERIFIER_TRIES if tries is None else tries
+    v = score_in_sandbox(task, sandbox)
+    seconds, first, n = v.seconds, v.error, 1
+    while v.error and n < tries:
+        n += 1
+        v = score_in_sandbox(task, sandbox, timeout=task.verifier_timeout_s * 2 ** (n - 1))
+        seconds += v.seconds
+    return v, n, first, seconds
