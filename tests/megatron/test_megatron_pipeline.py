@@ -35,6 +35,11 @@ HERE = Path(__file__).parent
 FWD_TOL = 1e-5  # fp32: relative to the largest |value| of the tensor
 GRAD_TOL = 1e-5  # relative to the largest gradient of the model
 WEIGHT_TOL = 5e-5  # 2 updates + one PPO step (3 Adam steps each) at lr 1e-3
+# Qwen3.5 at TP 2 x PP 2 x EP 2 (8 ranks): Adam's step is lr * m / sqrt(v), so where v is tiny a
+# gradient's last-bit difference (another reduction order) moves a weight by a good part of lr.
+# Measured 6.39e-5 on an AVX-512 machine (2026-12-03; the same at 8824c67, so not a code change)
+# while the losses agree to 1e-6 and the gradients to 1e-5 (asserted in _check_equal).
+QWEN35_WEIGHT_TOL = 1e-4
 PPO_KEYS = ("policy_loss", "value_loss", "entropy", "gap", "explained_variance")
 ROUTING_KEYS = ("routing_positions", "routing_live_mismatch", "routing_replay_mismatch")
 
@@ -85,7 +90,7 @@ def _weight_err(a: dict, b: dict) -> float:
     return max((a[k][n] - b[k][n]).abs().max().item() for k in a for n in a[k])
 
 
-def _check_equal(ws1: dict, got: dict) -> dict[str, float]:
+def _check_equal(ws1: dict, got: dict, weight_tol: float = WEIGHT_TOL) -> dict[str, float]:
     """Assert `got` (a layout) equals `ws1`; returns the measured differences."""
     diffs: dict[str, float] = {}
     for k in ("logp", "entropy", "values"):
@@ -109,7 +114,7 @@ def _check_equal(ws1: dict, got: dict) -> dict[str, float]:
     for k in (*ROUTING_KEYS, "clip_fraction", "rows"):
         assert ws1["ppo"][k] == got["ppo"][k], k
     diffs["weights"] = _weight_err(ws1["weights"], got["weights"])
-    assert diffs["weights"] < WEIGHT_TOL, diffs["weights"]
+    assert diffs["weights"] < weight_tol, diffs["weights"]
     res = got["resume"]
     assert res["weights_equal"] is True and res["metrics_equal"] is True, res
     n = got["world"]
@@ -168,4 +173,4 @@ def test_qwen35_tp2_pp2_ep2_equals_world_size_1(qwen35):
     ws1, got = qwen35
     assert (got["layout"].tp, got["layout"].pp, got["layout"].ep, got["world"]) == (2, 2, 2, 8)
     assert ws1["weights"]["actor"].keys() == got["weights"]["actor"].keys()
-    _check_equal(ws1, got)
+    _check_equal(ws1, got, QWEN35_WEIGHT_TOL)
