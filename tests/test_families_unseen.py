@@ -23,12 +23,12 @@ from t1.tasks.families import (
     FAMILIES,
     UNSEEN_WORDS,
     WORDS,
-    draw_corpus,
     make_split,
     word_pool,
     words_of,
     write_split,
 )
+from t1.tasks.family_corpus import draw_corpus
 from t1.tasks.load import load_task
 
 TINY = "workflow/config/tiny.yaml"

@@ -155,7 +155,8 @@ def transcript_texts(n: int = 2000, seed: int = GENERATED_CORPUS_SEED) -> Iterat
     from t1.agent import chat
     from t1.agent.expert import FINAL_ANSWER
     from t1.agent.loop import SYSTEM_SUFFIX, format_observation
-    from t1.tasks.families import WORKDIR, draw_corpus
+    from t1.tasks.families import WORKDIR
+    from t1.tasks.family_corpus import draw_corpus
 
     env = jinja2.Environment()
     env.filters["tojson"] = lambda x: json.dumps(x, ensure_ascii=False)

@@ -31,7 +31,7 @@ every stage; an unseen one measures whether it copies a name from the prompt at 
 (tests/test_families_unseen.py scans the stages' texts for the pool). Per family: N =
 `families.heldout_unseen` (8; HELDOUT_UNSEEN without a config).
 `synthetic_name` (t1.tasks.family_words, with the word pools) makes up names for the
-pre-training corpus (draw_corpus's `synthetic`) and for `families.train_made_up` more
+pre-training corpus (t1.tasks.family_corpus.draw_corpus's `synthetic`) and for `families.train_made_up` more
 training instances per family (make_split's `made_up`).
 
 Families, by category (difficulty in brackets; the no-op score is what an agent that does
@@ -48,7 +48,7 @@ import argparse
 import json
 import random
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -357,49 +357,6 @@ def _unseen(seed: int, n: int, names: list[str], first: int) -> list[Instance]:
             seen.add(key_of(name, p))
             out.append(Instance(name, p, first + j))
     return out
-
-
-def draw_corpus(
-    seed: int,
-    n: int,
-    exclude: set[str],
-    words: int = 0,
-    synthetic: float = 0.0,
-    rare: Mapping[str, float] | None = None,
-) -> Iterator[Instance]:
-    """`n` random instances over all families, none of whose keys is in `exclude`. With
-    probability `synthetic` an instance draws from 8 fresh `synthetic_name`s instead of the
-    word pool: names it can only copy from the instruction, never recall from a list.
-
-    Families take turns; `rare` maps a family to its share of a turn (0 < share <= 1): at 0.1
-    it holds a tenth of the transcripts another family holds, decided by its own random stream
-    (`rare` empty draws exactly what it always drew)."""
-    rare = dict(rare or {})
-    for name, share in rare.items():
-        if name not in FAMILIES or not 0.0 < share <= 1.0:
-            raise ValueError(
-                f"rare family {name!r}: a family of {sorted(FAMILIES)} with a share in (0, 1], got {share}"
-            )
-    pool = word_pool(words)
-    r = random.Random(f"t1-corpus-{seed}")
-    fresh = random.Random(f"t1-corpus-names-{seed}")  # synthetic 0 draws what it always drew
-    turns = random.Random(f"t1-corpus-rare-{seed}")
-    names = list(FAMILIES)
-    i = k = 0
-    while i < n:
-        name = names[k % len(names)]
-        if name in rare and turns.random() >= rare[name]:
-            k += 1
-            continue
-        made_up: set[str] = set()
-        while synthetic > 0 and len(made_up) < 8 and (made_up or fresh.random() < synthetic):
-            made_up.add(synthetic_name(fresh))
-        p = FAMILIES[name].draw(r, tuple(sorted(made_up)) or pool)
-        if key_of(name, p) in exclude:
-            continue
-        yield Instance(name, p, i)
-        i += 1
-        k += 1
 
 
 def render(inst: Instance, out: Path) -> Path:

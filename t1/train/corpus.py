@@ -42,7 +42,8 @@ from t1.agent.expert import FINAL_ANSWER
 from t1.agent.loop import SYSTEM_SUFFIX, format_observation
 from t1.agent.tokenizer import IM_START
 from t1.config import Config
-from t1.tasks.families import FAMILIES, WORKDIR, Instance, draw_corpus, key_of, make_split
+from t1.tasks.families import FAMILIES, WORKDIR, Instance, key_of, make_split
+from t1.tasks.family_corpus import draw_corpus
 from t1.train.batch import Row
 
 

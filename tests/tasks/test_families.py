@@ -21,12 +21,12 @@ from t1.config import Config, FamiliesConfig, PretrainConfig
 from t1.tasks.families import (
     FAMILIES,
     TEST_HEAD,
-    draw_corpus,
     key_of,
     make_split,
     words_of,
     write_split,
 )
+from t1.tasks.family_corpus import draw_corpus
 from t1.tasks.load import load_task
 from t1.train.corpus import corpus_rows, heldout_keys, transcript
 
