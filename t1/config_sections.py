@@ -286,8 +286,18 @@ class PretrainConfig:
     epochs: int = 1
     lr: float = 1e-3
     warmup_steps: int = 20  # linear learning-rate warm-up over the first optimizer steps
+    # the corpus stage's rate after the warm-up: constant, or decayed to min_lr at its last
+    # step (cosine | linear, Megatron's --lr-decay-style); the copy warm-up keeps `lr`
+    lr_decay: str = "constant"
+    min_lr: float = 0.0
     batch: int = 8  # rows per optimizer step
     save_every: int = 100
+
+    def __post_init__(self) -> None:
+        if self.lr_decay not in ("constant", "cosine", "linear"):
+            raise ValueError(f"lr_decay must be constant | cosine | linear, got {self.lr_decay!r}")
+        if not 0.0 <= self.min_lr <= self.lr:
+            raise ValueError(f"min_lr must be in [0, lr = {self.lr}], got {self.min_lr}")
 
 
 @dataclass(frozen=True)

@@ -106,3 +106,41 @@ def test_pretrain_runs_the_copy_warmup_first_and_starts_the_corpus_from_it(tmp_p
     a = load_policy(outs[0] / "actor").state_dict()
     b = load_policy(outs[4] / "actor").state_dict()
     assert any(not (a[k] == b[k]).all() for k in a)
+
+
+def test_pretrain_lr_decay_reaches_min_lr_at_the_last_step_and_resumes_on_schedule(tmp_path):
+    """pretrain.lr_decay does what it says: after the warm-up the corpus stage's rate falls
+    (cosine) to pretrain.min_lr at its last step, the copy warm-up keeps pretrain.lr, and a
+    stage stopped half way (--max-steps) resumes on the same schedule; an unknown decay style
+    or a min_lr above lr is refused, naming the key."""
+    import pytest
+
+    from t1.config import ConfigError, load_config
+
+    cfg, init = _setup(tmp_path, lr_decay="cosine", min_lr=0.0002, copy_steps=4, copy_batch=4,
+                       examples=48)  # fmt: skip
+    tok = str(BPE_CACHE.expanduser())
+    base = ["train", "--config", str(cfg), "--stage", "pretrain", "--from", str(init),
+            "--tokenizer", tok]  # fmt: skip
+    whole, halves = tmp_path / "whole", tmp_path / "halves"
+    assert t1_main([*base, "--out", str(whole)]) == 0
+    lrs = [e["lr"] for e in read_events(whole / "metrics.jsonl", "pretrain_step")]
+    assert len(lrs) >= 7  # 48 transcripts, 3 per packed row or 1 per full row, 4 rows a step
+    assert lrs[:3] == [0.002 / 3, 0.002 * 2 / 3, 0.002]
+    assert all(a > b for a, b in zip(lrs[2:], lrs[3:], strict=False))
+    assert lrs[-1] == pytest.approx(0.0002)
+    warm = [
+        e["lr"] for e in read_events(whole / "copy_warmup" / "metrics.jsonl", "copy_warmup_step")
+    ]
+    assert warm[2:] == [0.002, 0.002]
+    assert t1_main([*base, "--out", str(halves), "--max-steps", "5"]) == 0
+    assert len(read_events(halves / "metrics.jsonl", "pretrain_step")) == 5
+    assert t1_main([*base, "--out", str(halves)]) == 0
+    resumed = read_events(halves / "metrics.jsonl", "pretrain_step")
+    assert [e["lr"] for e in resumed] == lrs
+
+    for over, words in (({"pretrain.lr_decay": "exp"}, "lr_decay must be constant | cosine"),
+                        ({"pretrain.min_lr": 0.01}, "min_lr must be in [0, lr")):  # fmt: skip
+        with pytest.raises(ConfigError, match=r"cfg\.yaml: pretrain: ") as e:
+            load_config(cfg, over)
+        assert words in str(e.value)
