@@ -695,3 +695,31 @@ def test_records_the_harness_did_not_write_are_tampering():
     assert "key record" in check_signed(good[1:])[1]
     assert "not records" in check_signed(good, bad_lines=2)[1]
     assert "telemetry: gc" in check_signed([*good[:3], signed(3, {"tamper": "gc.get_objects"})])[1]
+
+
+def test_pty_drain_reads_the_terminal_and_stops_at_once():
+    """What services write to the agent's terminal during a verifier run is read and dropped
+    (a full pty would block them); stop() wakes its reader through a pipe and joins it."""
+    import time
+    import types
+
+    from t1.verify.hardened import _PtyDrain
+
+    master, slave = os.openpty()
+    try:
+        drain = _PtyDrain(types.SimpleNamespace(master=master))
+        os.set_blocking(slave, False)
+        written = 0
+        for _ in range(64):  # 64 x 4 KiB: more than a pty buffers unread
+            try:
+                written += os.write(slave, b"x" * 4096)
+            except BlockingIOError:
+                time.sleep(0.01)
+        assert written >= 64 * 4096 // 2
+        thread = drain.thread
+        drain.stop()
+        assert not thread.is_alive() and drain.thread is None
+        drain.stop()  # twice is harmless
+    finally:
+        os.close(slave)
+        os.close(master)

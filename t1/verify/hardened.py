@@ -306,29 +306,44 @@ def _score_hardened(task: Task, sandbox, timeout: float | None) -> VerifierResul
 
 class _PtyDrain:
     """Reads and drops what processes left on the agent's terminal write while the verifier
-    runs (a full pty would block a chatty service); the shell itself is idle then."""
+    runs (a full pty would block a chatty service); the shell itself is idle then. stop()
+    wakes the reader through a pipe, so a verifier run ends when its work does (a polling
+    timeout rounded every run up to its next period)."""
 
     def __init__(self, shell) -> None:
         self.fd = getattr(shell, "master", -1) if shell is not None else -1
-        self.done = threading.Event()
         self.thread = None
+        self.wake = (-1, -1)
         if self.fd >= 0:
+            self.wake = os.pipe()
             self.thread = threading.Thread(target=self._run, name="t1-pty-drain", daemon=True)
             self.thread.start()
 
     def _run(self) -> None:
-        while not self.done.is_set():
+        while True:
             try:
-                ready, _, _ = select.select([self.fd], [], [], 0.2)
-                if ready:
-                    os.read(self.fd, 1 << 16)
+                ready, _, _ = select.select([self.fd, self.wake[0]], [], [])
+                if self.wake[0] in ready:
+                    return
+                if self.fd in ready and not os.read(self.fd, 1 << 16):
+                    return  # end of file: nothing can write there any more
             except (OSError, ValueError):
                 return
 
     def stop(self) -> None:
-        self.done.set()
-        if self.thread is not None:
-            self.thread.join(timeout=5)
+        if self.thread is None:
+            return
+        try:
+            os.write(self.wake[1], b"x")
+        except OSError:
+            pass
+        self.thread.join(timeout=5)
+        for fd in self.wake:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.thread = None
 
 
 def _read_host(path: Path) -> str | None:
