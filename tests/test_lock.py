@@ -138,3 +138,18 @@ def test_reap_never_kills_the_reaper_its_parent_or_its_group(tmp_path):
     pids.add("me", os.getpid())
     pids.add("parent", os.getppid())
     assert pids.reap(grace_s=0.2) == []
+
+
+def test_an_in_process_holder_gives_its_output_up_to_the_next_process(tmp_path):
+    """hold_output keeps DIR for the process's life; release_output gives it up (a stage run
+    in-process by a test, whose output a subprocess writes next)."""
+    from t1.store.lock import hold_output, release_output
+
+    take = "from t1.store.lock import hold_output; import sys; hold_output(sys.argv[1], 'next')"
+    out = tmp_path / "out"
+    hold_output(out, "first")
+    p = subprocess.run([sys.executable, "-c", take, str(out)], capture_output=True, text=True)
+    assert p.returncode != 0 and "another writer holds" in p.stderr, p.stderr
+    assert release_output(out) and not release_output(out)
+    p = subprocess.run([sys.executable, "-c", take, str(out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr

@@ -149,7 +149,12 @@ def test_with_the_guard_broken_forged_rewards_come_back(rows):
         task = load_task(ATTACKS / name)
         with open_task_sandbox(task) as sb:
             assert run_solution(task, sb) is None
-            weak = _score_in_shell(task, sb)
+            # the rewriter races pytest's own report, every 10 ms: on a loaded machine the
+            # verifier can read the report before the loop's next write; an agent retries too
+            for _ in range(5):
+                weak = _score_in_shell(task, sb)
+                if (weak.passed, weak.total) == (forged, forged):
+                    break
         assert (weak.passed, weak.total) == (forged, forged), (name, weak.error, weak.output[-500:])
         flagged = check_against(weak, want)
         if forged == 1000:  # other names, other count: the names check alone rejects it

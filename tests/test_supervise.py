@@ -331,7 +331,7 @@ def test_a_new_supervisor_kills_what_a_killed_one_left(tmp_path):
     assert "zombie" not in _proc_state(grandchild), "nothing was left to reap: no test"
     rc, out = run_supervise("--workdir", str(wd), *FAST, "--", "true")
     assert rc == EXIT_DONE, out
-    end = time.time() + 5
+    end = time.time() + 30  # ends as soon as it is killed; the margin is for a loaded machine
     while "zombie" not in _proc_state(grandchild):
         assert time.time() < end, "the orphan outlived the next supervisor's start"
         time.sleep(0.05)

@@ -163,6 +163,15 @@ def hold_output(
     return _HELD[key]
 
 
+def release_output(directory: str | os.PathLike[str]) -> bool:
+    """Give up the lock `hold_output` took on DIR in this process (a stage run in-process, as
+    tests do, whose output another process is to write next). True when one was held."""
+    held = _HELD.pop(str(Path(directory).resolve()), None)
+    if held is not None:
+        held.release()
+    return held is not None
+
+
 _HELD: dict[str, OutputLock] = {}
 
 

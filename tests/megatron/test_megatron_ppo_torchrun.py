@@ -125,9 +125,16 @@ def test_rerun_resumes_the_per_rank_checkpoint_without_redoing_the_step(runs):
 
 
 def test_a_world_size_1_checkpoint_is_refused_at_world_size_2(runs):
+    from t1.store.lock import release_output
+
     out = runs["outs"]["megatron"]
     (out / "DONE.json").unlink()
+    # the world-size-1 stage ran in this process, which holds its output's lock until it exits:
+    # give it up, or rank 0 stops at the lock and only rank 1 (if torchrun lets it print
+    # before tearing it down) names the layout
+    assert release_output(out)
     p = torchrun(runs["ep2"], runs["rollout"], runs["sft"], out)
     assert p.returncode != 0
+    assert "another writer" not in p.stdout, p.stdout
     assert "a world-size-1 checkpoint" in p.stdout and "no resharding" in p.stdout, p.stdout
     assert not (out / "DONE.json").exists()
