@@ -697,7 +697,7 @@ def test_records_the_harness_did_not_write_are_tampering():
     assert "telemetry: gc" in check_signed([*good[:3], signed(3, {"tamper": "gc.get_objects"})])[1]
 
 
-def test_pty_drain_reads_the_terminal_and_stops_at_once():
+def test_pty_drain_reads_the_terminal_and_its_stop_joins_the_reader():
     """What services write to the agent's terminal during a verifier run is read and dropped
     (a full pty would block them); stop() wakes its reader through a pipe and joins it."""
     import time

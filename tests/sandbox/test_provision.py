@@ -279,3 +279,16 @@ def test_env_path_extends_the_image_path_in_a_build(tmp_path):
     )
     layer = build_env(ctx / "Dockerfile", ctx, tmp_path / "cache")
     assert layer.env["PATH"].startswith("/root/.local/bin:") and ":/usr/bin:" in layer.env["PATH"]
+
+
+@needs_provision
+def test_harness_site_is_built_with_its_bytecode(tmp_path):
+    """The compartment binds the harness site read-only: without .pyc files every verifier run
+    compiles pytest from source again (LOG.md, 2026-12-05)."""
+    from t1.sandbox.hostview import harness_site
+
+    site = harness_site(PROV.root, ["pytest"], cache=tmp_path)
+    assert (site / "_pytest").is_dir()
+    sources = list((site / "_pytest").glob("*.py"))
+    compiled = {p.name.split(".")[0] for p in (site / "_pytest" / "__pycache__").glob("*.pyc")}
+    assert sources and {p.stem for p in sources} <= compiled
