@@ -9,6 +9,10 @@ Prints one JSON object:
   is the steadier one);
 * throughput: training tokens/s of a full critic-first PPO step (critic update + actor
   update + the no-grad forwards) and of an actor update alone;
+* loss_region: median seconds of an actor update (AdamW, same batch, alternating which goes
+  first) with the output layer on every position (the full logits) vs on the loss positions
+  only (t1.train.hf.loss_region_logp), at `--loss-fraction` of each row in the loss region
+  (a pre-training row of the tiny config: about a third), and their ratio;
 * memory: peak resident memory of one actor and one critic training step (fresh child
   process, glibc asked to return large blocks at once: MALLOC_MMAP_THRESHOLD_=65536;
   peak RSS (VmHWM, reset just before the model is built) over two steps minus the RSS at
@@ -39,8 +43,9 @@ def _cfg(path: str | None) -> Config:
     return load_config(path) if path else Config()
 
 
-def synthetic_batch(actor, vocab: int, rows: int, seq: int, seed: int = 0):
-    """Rows of random ids, loss on the second half, routing recorded from `actor` itself."""
+def synthetic_batch(actor, vocab: int, rows: int, seq: int, seed: int = 0, loss: float = 0.5):
+    """Rows of random ids, loss on the last `loss` of each row, routing recorded from `actor`
+    itself."""
     from t1.model.routing import RoutingCapture
     from t1.train.batch import Row, collate
 
@@ -49,7 +54,8 @@ def synthetic_batch(actor, vocab: int, rows: int, seq: int, seed: int = 0):
     with torch.no_grad(), RoutingCapture(actor) as cap:
         actor(input_ids=ids, use_cache=False)
     routing = cap.collect().view(rows, seq, -1, actor.config.num_experts_per_tok).to(torch.int16)
-    mask = [0] * (seq // 2) + [1] * (seq - seq // 2)
+    context = seq - max(1, round(seq * loss))
+    mask = [0] * context + [1] * (seq - context)
     out = [
         Row(
             ids=ids[i].tolist(),
@@ -159,6 +165,37 @@ def bench_throughput(cfg: Config, rows: int, seq: int, repeats: int) -> dict[str
     }
 
 
+def bench_loss_region(
+    cfg: Config, rows: int, seq: int, repeats: int, loss: float
+) -> dict[str, Any]:
+    """An actor update through the full logits vs through the loss positions' only."""
+    vocab = cfg.tokenizer.vocab_size
+    trainer, policy = _trainer(cfg, vocab, critic=False)
+    batch = synthetic_batch(policy, vocab, rows, seq, loss=loss)
+    times: dict[str, list[float]] = {"full": [], "loss_region": []}
+    for i in range(repeats + 1):
+        order = ("full", "loss_region") if i % 2 == 0 else ("loss_region", "full")
+        for name in order:
+            trainer.loss_region = name == "loss_region"
+            t0 = time.perf_counter()
+            trainer.actor_update(batch, _nll)
+            if i > 0:  # the first pair warms up (and allocates the optimizer state)
+                times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "rows": rows,
+        "seq": seq,
+        "loss_fraction": loss,
+        "full_s": med["full"],
+        "loss_region_s": med["loss_region"],
+        "speedup": med["full"] / med["loss_region"],
+        "pair_speedup_median": statistics.median(
+            f / r for f, r in zip(times["full"], times["loss_region"], strict=True)
+        ),
+        "samples": times,
+    }
+
+
 # ---------------------------------------------------------------- memory (child process)
 
 
@@ -213,7 +250,9 @@ def _memory_child(config: str | None, role: str, rows: int, seq: int) -> None:
         if role == "actor"
         else None
     )
-    mask = [0] * (seq // 2) + [1] * (seq - seq // 2)
+    # every position in the loss region: the planner's logits term is the output layer on
+    # every token, the most loss_region_logp computes
+    mask = [1] * seq
     batch = collate(
         [Row(ids=ids[i].tolist(), loss_mask=mask, routing=routing) for i in range(rows)]
     )
@@ -257,7 +296,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument(
-        "--skip", action="append", default=[], choices=("replay", "throughput", "memory")
+        "--skip",
+        action="append",
+        default=[],
+        choices=("replay", "throughput", "loss_region", "memory"),
+    )
+    parser.add_argument(
+        "--loss-fraction",
+        type=float,
+        default=0.35,
+        help="loss_region: share of each row in the loss region (default 0.35)",
     )
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: run.threads)"
@@ -279,6 +327,12 @@ def main(args: argparse.Namespace) -> int:
         result["replay"] = bench_replay(cfg, args.rows, args.seq, args.repeats)
     if "throughput" not in args.skip:
         result["throughput"] = bench_throughput(cfg, args.rows, args.seq, args.repeats)
+    if "loss_region" not in args.skip:
+        if not 0.0 < args.loss_fraction <= 1.0:
+            raise SystemExit(f"--loss-fraction must be in (0, 1], got {args.loss_fraction}")
+        result["loss_region"] = bench_loss_region(
+            cfg, args.rows, args.seq, args.repeats, args.loss_fraction
+        )
     if "memory" not in args.skip:
         result["memory"] = bench_memory(args.config, args.rows, args.seq)
     text = json.dumps(result, indent=2)

@@ -144,6 +144,8 @@ def breakdown(spec: ModelSpec, lay: Layout, role: str) -> dict[str, float]:
         n = dense + experts
         out["weights"], out["grads"], out["optimizer"] = 4 * n, 4 * n, 8 * n
         out["activations"] = 4 * tokens * (spec.layers * _hf_layer(spec) + 3 * spec.hidden)
+        # the output layer on every token: the most t1.train.hf.loss_region_logp computes (a
+        # row wholly in the loss region); fewer loss positions need less
         out["logits"] = 4 * tokens * spec.vocab * 4 if role == "actor" else 0.0
         out["routing"] = 2 * tokens * spec.layers * spec.top_k  # int16 replay record
         out["runtime"] = 0.0

@@ -61,6 +61,30 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     return F.pad(-(lp.exp() * lp).sum(-1), (1, 0))
 
 
+def loss_region_logp(model: nn.Module, ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """token_logp of a transformers causal LM at the loss positions only: the backbone runs on
+    every position, the output layer and its log-softmax on the positions that predict a loss
+    token (position t-1 for a loss token t), and the result is scattered into zeros [B, T].
+
+    The same numbers as `token_logp(model(ids).logits, ids)` where loss_mask is set (fp32
+    rounding of a matmul over fewer rows), 0 elsewhere. An agent's loss region is its sampled
+    tokens, a third of a pre-training row and less of a PPO row, and the output layer over a
+    4096-token vocabulary is about half of the tiny MoE's matmul work: a training step skips the
+    rest (`t1 bench train`'s loss_region). Models without a `.model` backbone and an `.lm_head`
+    take the full logits."""
+    backbone, head = getattr(model, "model", None), getattr(model, "lm_head", None)
+    if backbone is None or head is None:
+        return token_logp(model(input_ids=ids, use_cache=False).logits, ids)
+    hidden = backbone(input_ids=ids, use_cache=False).last_hidden_state
+    predicts = loss_mask[:, 1:].to(torch.bool)  # [B, T-1]: position t-1 predicts token t
+    rows, cols = predicts.nonzero(as_tuple=True)
+    logits = head(hidden[rows, cols]).float()  # [N, V]
+    picked = logits.gather(-1, ids[rows, cols + 1, None]).squeeze(-1)
+    out = torch.zeros(ids.shape[0], ids.shape[1] - 1, dtype=torch.float32, device=ids.device)
+    out = out.index_put((rows, cols), picked - torch.logsumexp(logits, dim=-1))
+    return F.pad(out, (1, 0))
+
+
 def shift_values(v: torch.Tensor) -> torch.Tensor:
     """Value head output [B, T] at the last context position -> aligned to the next token."""
     return F.pad(v[:, :-1], (1, 0))
@@ -114,6 +138,9 @@ class HFTrainer:
         self.counters: dict[str, int] = {"actor_updates": 0, "critic_updates": 0}
         self.calls: list[str] | None = None
         self.routing_check: dict[str, int] | None = None  # of the last actor_forward
+        # actor_update's output layer on the loss positions only (loss_region_logp); False:
+        # the full logits, as `t1 bench train`'s loss_region compares
+        self.loss_region = True
 
     # ------------------------------------------------------------------ forwards
 
@@ -129,6 +156,14 @@ class HFTrainer:
     def _actor_logits(self, batch: Batch) -> torch.Tensor:
         with self._replay(batch):
             return self.actor(input_ids=batch.input_ids, use_cache=False).logits
+
+    def _actor_loss_logp(self, batch: Batch) -> torch.Tensor:
+        """The actor's logp [B, T] with grad, computed at the loss positions only (0 elsewhere:
+        every loss masks with `loss_mask`). See loss_region_logp."""
+        if not self.loss_region:
+            return token_logp(self._actor_logits(batch), batch.input_ids)
+        with self._replay(batch):
+            return loss_region_logp(self.actor, batch.input_ids, batch.loss_mask)
 
     def _chunks(self, batch: Batch):
         """Row chunks of `forward_rows` for the no-grad forwards, each trimmed to its length."""
@@ -210,7 +245,7 @@ class HFTrainer:
         self._note("actor.update")
         self.actor.train()
         batch = batch.to(self.device)
-        logp = token_logp(self._actor_logits(batch), batch.input_ids)
+        logp = self._actor_loss_logp(batch)
         loss, metrics = loss_fn(logp, batch)
         metrics = dict(metrics, grad_norm=self._step(self.actor, self.actor_opt, loss))
         self.counters["actor_updates"] += 1

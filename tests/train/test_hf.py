@@ -94,3 +94,28 @@ def test_state_dict_round_trips_bit_exactly(ppo_cfg, make_trainer, make_rows):
         assert torch.equal(got[k], expected[k]), k
     assert t2.counters == t1.counters == {"actor_updates": 8, "critic_updates": 8}
     assert torch.equal(t2.generator.get_state(), t1.generator.get_state())
+
+
+def test_loss_region_logp_is_token_logp_at_the_loss_and_its_gradient(trainer, batch):
+    """The output layer on the loss positions only: the same logp there, 0 elsewhere, and the
+    same gradient of a masked loss as through the full logits."""
+    from t1.train.hf import loss_region_logp, token_logp
+
+    model, ids, mask = trainer.actor, batch.input_ids, batch.loss_mask
+    assert mask.any() and (~mask).any()
+
+    def loss_and_grads(fn):
+        model.zero_grad(set_to_none=True)
+        logp = fn()
+        (-(logp * mask).sum() / mask.sum()).backward()
+        return logp.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    full, g_full = loss_and_grads(
+        lambda: token_logp(model(input_ids=ids, use_cache=False).logits, ids)
+    )
+    part, g_part = loss_and_grads(lambda: loss_region_logp(model, ids, mask))
+    torch.testing.assert_close(part[mask], full[mask], rtol=0, atol=1e-5)
+    assert torch.count_nonzero(part[~mask]) == 0  # nothing computed off the loss region
+    assert len(g_full) == len(g_part)
+    for a, b in zip(g_full, g_part, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)

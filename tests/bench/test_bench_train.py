@@ -1,0 +1,27 @@
+"""`t1 bench train`'s loss_region section: both paths run on the same batch, side by side."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from t1.bench.train import bench_loss_region, synthetic_batch
+from t1.config import Config
+
+
+def test_loss_region_bench_times_both_paths_side_by_side():
+    cfg = Config()
+    r = bench_loss_region(cfg, rows=2, seq=24, repeats=2, loss=0.25)
+    assert r["loss_fraction"] == 0.25
+    assert len(r["samples"]["full"]) == len(r["samples"]["loss_region"]) == 2
+    assert r["full_s"] > 0 and r["loss_region_s"] > 0 and r["speedup"] > 0
+
+
+def test_synthetic_batch_puts_the_asked_share_of_each_row_in_the_loss_region():
+    from t1.model.policy import build_policy
+
+    cfg = Config()
+    model = dataclasses.replace(cfg.model, layers=1)
+    policy = build_policy(model, 64, seed=0)
+    batch = synthetic_batch(policy, 64, rows=3, seq=20, loss=0.25)
+    assert batch.loss_mask.sum(1).tolist() == [5, 5, 5]
+    assert not batch.loss_mask[:, :15].any()
