@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from t1.eval.summary import run_summary
 from t1.records import write_json_atomic
 
@@ -96,8 +98,19 @@ def test_ppo_vs_sft_is_the_two_proportion_test_per_split(tmp_path):
     # by hand: pooled 0.575, se = sqrt(.575 * .425 * 2 / 100) = 0.06991, z = 0.15 / se = 2.1456
     assert gap["points"] == 15.0 and abs(gap["z"] - 2.1456) < 1e-3
     assert abs(gap["p"] - 0.0319) < 1e-3  # two-sided
+    # paired by task: PPO resolves 15 tasks SFT did not and loses none: p = 2 / 2**15
+    assert gap["paired"]["tasks"] == 100
+    assert (gap["paired"]["sft_only"], gap["paired"]["ppo_only"]) == (0, 15)
+    assert gap["paired"]["p"] == 2 / 2**15
     _eval(run, "ppo", {d: i < 55 for i, d in enumerate(dirs)})  # +5 points: not significant
     assert run_summary(run)["heldout"]["ppo_vs_sft"]["p"] > 0.05
+    # the same 65 of 100 resolved, 30 of them tasks SFT failed and 15 SFT's it lost: the
+    # two-proportion test sees +15 points; the paired one, 30 against 15 discordant tasks
+    _eval(run, "ppo", {d: 15 <= i < 80 for i, d in enumerate(dirs)})
+    gap = run_summary(run)["heldout"]["ppo_vs_sft"]
+    assert abs(gap["p"] - 0.0319) < 1e-3
+    assert (gap["paired"]["sft_only"], gap["paired"]["ppo_only"]) == (15, 30)
+    assert 0.03 < gap["paired"]["p"] < 0.04  # exact binomial, 2 * P(X <= 15 | 45, 1/2) = 0.036
     (run / "eval" / "ppo" / "eval.json").unlink()
     assert run_summary(run)["heldout"]["ppo_vs_sft"] is None  # one stage: no test
 
@@ -129,3 +142,30 @@ def test_by_family_counts_each_family_apart_so_a_collapse_shows(tmp_path):
     (run / "tasks" / "families" / "families.json").unlink()
     assert run_summary(run)["heldout"]["sft"]["by_family"] == {}
     assert family_table(run_summary(run)) is None
+
+
+def test_mcnemar_exact_by_hand():
+    from t1.eval.stats import mcnemar_exact
+
+    assert mcnemar_exact(0, 0)["p"] == 1.0  # no discordant task: nothing to tell apart
+    assert mcnemar_exact(5, 5)["p"] == 1.0
+    assert mcnemar_exact(0, 3)["p"] == 0.25  # 2 * (1/2)**3
+    assert mcnemar_exact(2, 10)["p"] == mcnemar_exact(10, 2)["p"]  # two-sided: symmetric
+    assert abs(mcnemar_exact(2, 10)["p"] - 2 * (1 + 12 + 66) / 2**12) < 1e-12
+    with pytest.raises(ValueError, match="discordant"):
+        mcnemar_exact(-1, 2)
+
+
+def test_paired_test_needs_one_trajectory_per_task_in_both_stages(tmp_path):
+    from t1.eval.summary import ppo_vs_sft
+
+    split = {"sft": {"resolved": 0.5, "resolved_count": 1, "n": 2},
+             "ppo": {"resolved": 1.0, "resolved_count": 2, "n": 2}}  # fmt: skip
+    both = {"sft": [("a", True), ("b", False)], "ppo": [("a", True), ("b", True)]}
+    assert ppo_vs_sft(split, both)["paired"]["ppo_only"] == 1
+    k2 = {"sft": [("a", True), ("a", False)], "ppo": [("a", True), ("a", True)]}
+    gap = ppo_vs_sft(split, k2)
+    assert gap["paired"] is None and "k > 1" in gap["paired_note"]
+    other = {"sft": [("a", True), ("b", False)], "ppo": [("a", True), ("c", True)]}
+    gap = ppo_vs_sft(split, other)
+    assert gap["paired"] is None and "different tasks" in gap["paired_note"]

@@ -108,6 +108,11 @@ def summary_section(summary: dict[str, Any], figure: Figure | None) -> Section:
             p = "-" if gap["p"] is None else f"p = {gap['p']:.3g}"
             rows.append([split, "PPO - SFT", f"{gap['points']:+.1f} points", p, "", "", "",
                          gap["test"]])  # fmt: skip
+            paired = gap.get("paired")
+            if paired:
+                rows.append([split, "PPO - SFT, paired", f"{paired['ppo_only']} PPO only, "
+                             f"{paired['sft_only']} SFT only", f"p = {paired['p']:.3g}", "",
+                             str(paired["tasks"]), "", paired["test"]])  # fmt: skip
     header = ["split", "stage", "resolved", "95% CI (Wilson)", "trajectories", "tasks", "pass@k",
               "source"]  # fmt: skip
     blocks: list[Block] = [

@@ -82,3 +82,17 @@ def two_proportion_test(x1: int, n1: int, x2: int, n2: int) -> dict[str, Any]:
         return {"z": None, "p": None}
     z = (x2 / n2 - x1 / n1) / se
     return {"z": z, "p": math.erfc(abs(z) / math.sqrt(2))}
+
+
+def mcnemar_exact(only_first: int, only_second: int) -> dict[str, Any]:
+    """Exact McNemar test of paired binary outcomes (the same items under two conditions), two-
+    sided: of the discordant pairs, `only_first` succeeded under the first condition alone and
+    `only_second` under the second alone; under the null each discordant pair goes either way
+    with probability 1/2. {"p"} (1.0 with no discordant pair)."""
+    if only_first < 0 or only_second < 0:
+        raise ValueError(f"discordant counts must be >= 0, got {only_first}, {only_second}")
+    n, k = only_first + only_second, min(only_first, only_second)
+    if n == 0:
+        return {"p": 1.0}
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    return {"p": min(1.0, 2 * tail)}

@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from t1.eval.stats import mean_pass_at_k, two_proportion_test, wilson_interval
+from t1.eval.stats import mcnemar_exact, mean_pass_at_k, two_proportion_test, wilson_interval
 
 STAGES = ("sft", "ppo")
 SPLITS = ("heldout", "train")  # the plot's groups (t1.eval.report_plots)
@@ -85,7 +85,8 @@ def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
     resolved_count, n (trajectories), tasks, ci95 [low, high] (Wilson), pass_at_k, k, source,
     by_family {family: {resolved_count, n}} over t1 families' tasks},
     or null when the run has no such evaluation, with a `notes` entry saying why; and
-    `ppo_vs_sft`: {points, z, p, test} (`ppo_vs_sft`), null unless both were evaluated. A trajectory counts for
+    `ppo_vs_sft`: {points, z, p, test, paired} (`ppo_vs_sft`), null unless both were
+    evaluated. A trajectory counts for
     `train` when its task id is in the run's train pool (pool/train/manifest.json), for
     `heldout_unseen` when it is in the `heldout_unseen` list of RUN/tasks/families/families.json
     (t1 families: names the policy never saw in any stage), else for `heldout`; the records
@@ -115,6 +116,7 @@ def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
         notes.append(f"no train pool ({train_manifest} missing): no run can be split")
     unseen_ids, family_of = _family_split(home / FAMILIES_JSON, notes)
     out: dict[str, Any] = {split: dict.fromkeys(STAGES) for split in REPORTED_SPLITS}
+    outcomes: dict[str, dict[str, list[tuple[str, bool]]]] = {s: {} for s in REPORTED_SPLITS}
     for stage in STAGES:
         path = run_dir / "eval" / stage / "eval.json"
         if not path.is_file() and shared:
@@ -153,6 +155,7 @@ def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
                 )
                 continue
             b = block(part, k)
+            outcomes[split][stage] = [(r["task"], bool(r["resolved"])) for r in part]
             out[split][stage] = {
                 "resolved": b["resolved_rate"],
                 "resolved_count": b["resolved"],
@@ -170,7 +173,7 @@ def run_summary(run_dir: Path, shared: Path | None = None) -> dict[str, Any]:
                     f"(those of the eval pool that are also in the train pool)"
                 )
     for split in REPORTED_SPLITS:
-        out[split]["ppo_vs_sft"] = ppo_vs_sft(out[split])
+        out[split]["ppo_vs_sft"] = ppo_vs_sft(out[split], outcomes[split])
     return {"schema_version": 1, "status": "complete", "run": run_dir.name, **out, "notes": notes}
 
 
@@ -188,19 +191,53 @@ def by_family(rows: list[dict[str, Any]], family_of: dict[str, str]) -> dict[str
     return dict(sorted(out.items()))
 
 
-def ppo_vs_sft(split: dict[str, Any]) -> dict[str, Any] | None:
+def ppo_vs_sft(
+    split: dict[str, Any], outcomes: dict[str, list[tuple[str, bool]]] | None = None
+) -> dict[str, Any] | None:
     """PPO's resolved rate minus SFT's on one split, in points, with the pooled two-proportion
-    z-test (two-sided p; t1.eval.stats); None unless both stages were evaluated there."""
+    z-test (two-sided p; t1.eval.stats); None unless both stages were evaluated there.
+
+    `paired`: both stages evaluate the same tasks, so the exact McNemar test on the tasks each
+    resolved alone is the sharper test of the same difference (the two-proportion test treats
+    the two samples as independent): {tasks, sft_only, ppo_only, p, test}, from `outcomes`
+    (stage -> [(task, resolved)] of the split); null, with the reason in `paired_note`, unless
+    every task has exactly one trajectory in each stage and the two stages share every task."""
     sft, ppo = split.get("sft"), split.get("ppo")
     if not sft or not ppo:
         return None
     test = two_proportion_test(sft["resolved_count"], sft["n"], ppo["resolved_count"], ppo["n"])
-    return {
+    out = {
         "points": round(100 * (ppo["resolved"] - sft["resolved"]), 2),
         "z": test["z"],
         "p": test["p"],
         "test": "pooled two-proportion z-test, two-sided",
+        "paired": None,
     }
+    out["paired"], note = _paired(outcomes or {})
+    if note:
+        out["paired_note"] = note
+    return out
+
+
+def _paired(outcomes: dict[str, list[tuple[str, bool]]]) -> tuple[dict[str, Any] | None, str]:
+    """The exact McNemar test of SFT vs PPO by task, or None and why not."""
+    a, b = outcomes.get("sft"), outcomes.get("ppo")
+    if not a or not b:
+        return None, "no per-task outcomes of both stages"
+    sft, ppo = dict(a), dict(b)
+    if len(sft) != len(a) or len(ppo) != len(b):
+        return None, "a task has more than one trajectory in a stage (k > 1): not paired"
+    if set(sft) != set(ppo):
+        return None, f"the stages evaluated different tasks ({len(set(sft) ^ set(ppo))} differ)"
+    sft_only = sum(sft[t] and not ppo[t] for t in sft)
+    ppo_only = sum(ppo[t] and not sft[t] for t in sft)
+    return {
+        "tasks": len(sft),
+        "sft_only": sft_only,
+        "ppo_only": ppo_only,
+        "p": mcnemar_exact(sft_only, ppo_only)["p"],
+        "test": "exact McNemar test by task (paired), two-sided",
+    }, ""
 
 
 def _family_split(path: Path, notes: list[str]) -> tuple[set[str], dict[str, str]]:
