@@ -306,6 +306,18 @@ def test_a_heldout_split_of_train_pool_tasks_is_not_measurable(campaign):
     assert "SFT 0.0% [0.0%, 8.8%] (n 40)" in row["measured"]
 
 
+def test_the_heldout_row_shows_the_paired_test_beside_its_verdict(campaign):
+    path = campaign["run_dir"] / "summary.json"
+    before = heldout_row(path)
+    doc = json.loads(path.read_text())
+    paired = {"tasks": 40, "sft_only": 1, "ppo_only": 9, "p": 0.0215, "test": "exact McNemar"}
+    doc["heldout"]["ppo_vs_sft"] = {"paired": paired}
+    path.write_text(json.dumps(doc))
+    row = heldout_row(path)
+    assert "9 resolved by PPO only, 1 by SFT only, exact McNemar p 0.0215" in row["measured"]
+    assert row["holds"] == before["holds"] and row["data"]["paired"] == paired
+
+
 def test_check_filled_names_an_empty_cell():
     row = _row("gap", "(a)", "", YES, "why", ["f"], {})
     with pytest.raises(AssertionError, match="row gap: empty measured"):

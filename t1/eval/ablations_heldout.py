@@ -60,6 +60,13 @@ def heldout_row(path: str | Path) -> dict[str, Any]:
     overlap = intervals_overlap(sft["ci95"], ppo["ci95"])
     data.update(test=test, intervals_overlap=overlap)
     measured = f"SFT {_fig(sft)}; PPO {_fig(ppo)}; two-proportion p {_p(test)}"
+    paired = (held.get("ppo_vs_sft") or {}).get("paired")
+    if paired:  # beside the verdict, which stays the intervals' (summary.json's paired test)
+        data["paired"] = paired
+        measured += (
+            f"; paired by task: {paired['ppo_only']} resolved by PPO only, {paired['sft_only']}"
+            f" by SFT only, exact McNemar p {paired['p']:.3g}"
+        )
     if ppo["ci95"][0] > sft["ci95"][1]:
         holds, why = YES, "PPO's interval lies entirely above SFT's"
     else:
