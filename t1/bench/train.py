@@ -1,6 +1,7 @@
 """`t1 bench train`: the tiny model's training step on this machine, measured side by side.
 
-    t1 bench train [--config FILE] [--rows 4] [--seq 512] [--repeats 5] [--json FILE]
+    t1 bench train [--config FILE] [--rows 4] [--seq 512] [--repeats 5] [--loss-fraction 0.35]
+                   [--skip replay|throughput|loss_region|memory] [--json FILE]
 
 Prints one JSON object:
 * replay: median seconds (wall and process CPU) of an actor update (forward + backward +
