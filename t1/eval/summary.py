@@ -211,7 +211,6 @@ def ppo_vs_sft(
         "z": test["z"],
         "p": test["p"],
         "test": "pooled two-proportion z-test, two-sided",
-        "paired": None,
     }
     out["paired"], note = _paired(outcomes or {})
     if note:

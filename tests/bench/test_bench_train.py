@@ -8,9 +8,25 @@ from t1.bench.train import bench_loss_region, synthetic_batch
 from t1.config import Config
 
 
-def test_loss_region_bench_times_both_paths_side_by_side():
+def test_loss_region_bench_times_both_paths_side_by_side(monkeypatch):
+    import t1.train.hf as hf
+
+    calls = {"loss_region": 0, "full": 0}
+    real_region, real_full = hf.loss_region_logp, hf.token_logp
+
+    def region(*a, **k):
+        calls["loss_region"] += 1
+        return real_region(*a, **k)
+
+    def full(*a, **k):
+        calls["full"] += 1
+        return real_full(*a, **k)
+
+    monkeypatch.setattr(hf, "loss_region_logp", region)
+    monkeypatch.setattr(hf, "token_logp", full)
     cfg = Config()
     r = bench_loss_region(cfg, rows=2, seq=24, repeats=2, loss=0.25)
+    assert calls == {"loss_region": 3, "full": 3}  # each path once per pair, warm-up pair too
     assert r["loss_fraction"] == 0.25
     assert len(r["samples"]["full"]) == len(r["samples"]["loss_region"]) == 2
     assert r["full_s"] > 0 and r["loss_region_s"] > 0 and r["speedup"] > 0

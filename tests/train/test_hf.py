@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 import torch
 
 from t1.model.routing import moe_gates
@@ -119,3 +120,27 @@ def test_loss_region_logp_is_token_logp_at_the_loss_and_its_gradient(trainer, ba
     assert len(g_full) == len(g_part)
     for a, b in zip(g_full, g_part, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "qwen3_5_moe"])
+def test_loss_region_logp_matches_the_full_logits_of_both_architectures(arch):
+    """The preset's architecture (Qwen3.5-MoE: linear + full attention, shared expert) takes the
+    same path as the tiny one: `.model` is its backbone (final norm included), `.lm_head` its head."""
+    import dataclasses
+
+    from t1.config import load_config
+    from t1.model.policy import build_policy
+    from t1.train.hf import loss_region_logp, token_logp
+
+    cfg = load_config("workflow/config/tiny.yaml")
+    model = build_policy(dataclasses.replace(cfg.model, arch=arch), 300, 0)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 300, (2, 24), generator=g)
+    mask = torch.zeros(2, 24, dtype=torch.bool)
+    mask[0, 10:] = True
+    mask[1, 5:9] = True
+    with torch.no_grad():
+        full = token_logp(model(input_ids=ids, use_cache=False).logits, ids)
+        part = loss_region_logp(model, ids, mask)
+    torch.testing.assert_close(part[mask], full[mask], rtol=0, atol=1e-5)
+    assert torch.count_nonzero(part[~mask]) == 0
