@@ -143,11 +143,17 @@ def test_a_command_reading_the_terminal_times_out_the_same_way_each_time(shell):
 
 
 def test_stuck_shell_is_restarted_and_says_so(shell):
-    # the trap first, on its own, and 3 s for bash to read the loop's line: a ^C makes the tty
-    # flush input bash has not read yet, so on a loaded machine a 0.5 s timeout discarded the
-    # line unread and nothing was stuck (two full-suite runs of 2026-12-03)
+    # the trap first, on its own. A ^C makes the tty flush input bash has not read yet, so on a
+    # loaded machine the timeout can fire before bash reads the loop's line and nothing is stuck
+    # (0.5 s in two full-suite runs of 2026-12-03, 3 s in one of 2026-12-05): the loop says when
+    # it runs, and a try whose line was never read is repeated with a longer timeout
     shell.exec("trap '' INT")
-    r = shell.exec("while :; do :; done", timeout=3.0)
+    for timeout in (3.0, 10.0, 30.0):
+        r = shell.exec("echo looping; while :; do :; done", timeout=timeout)
+        if "looping" in r.output:
+            break
+        assert r.timed_out and "interrupted" in r.output  # unread, flushed: the shell answers
+    assert "looping" in r.output, "bash never read the loop's line"
     assert r.timed_out and "restarted" in r.output
     assert shell.exec("echo alive").output == "alive\n"
 
