@@ -333,6 +333,10 @@ class CampaignConfig:
     # complete checkpoints kept (>= 2: the newest may prove corrupt): per stage directory
     # (DIR/ckpt of sft, critic_warmup, a PPO step) and PPO steps whose train/ckpt t1 segment keeps
     keep_checkpoints: int = 3
+    # fork each step's `t1 rollout` and `t1 train` from the segment driver, which imported torch,
+    # transformers and t1 once (t1/run/warm_start.py); false: a fresh Python per command. Job
+    # steps of an allocation (fleet replicas, t1/run/segment_fleet.py) always start afresh
+    warm_start: bool = True
     # children of a segment besides `t1 segment` (engine servers, rollout workers): a YAML
     # spec for `t1 supervise --spec` ("" = the segment driver alone; see t1/supervise/supervisor.py)
     children: str = ""

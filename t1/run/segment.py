@@ -11,6 +11,11 @@ A thin driver; the work of a step is done by the commands it runs (t1/run/steps.
                --seed S --out RUN/ppo/steps/step_NNNNNN/rollout
     t1 train --config C --stage ppo --in .../rollout --from PREV --out .../train [--critic W]
 
+Outside an allocation's job steps, each command is forked from the driver, which imported
+torch, transformers and t1 once before the first step (t1/run/warm_start.py;
+`campaign.warm_start: false` starts each as a fresh Python): the same command, without the
+~3 s of imports each.
+
 Global step s of segment i runs for s in [i*K, (i+1)*K) (K = campaign.steps_per_segment);
 PREV is step s-1's `train` directory, or `--from` for s = 0. The step's batch comes from a
 `t1.rollout.oversample.BatchPlanner` over the train pool (the pool's epoch order, t1.tasks.pool: a
@@ -66,6 +71,7 @@ from pathlib import Path
 
 from t1.records import write_json_atomic
 from t1.run.steps import step_commands, step_dir, t1_command
+from t1.run.warm_start import fork_command, preload, python_threads
 from t1.store.lock import PidFile, die_with_parent
 from t1.supervise.child import EXIT_REQUEUE, StopRequest, heartbeat
 
@@ -160,7 +166,24 @@ class Driver:
         elif not self.args.dry_run:
             raise SystemExit(f"t1 segment: {state} missing: step {s - 1} has not finished")
 
+    def warm_up(self) -> None:
+        """Import what the step commands import, once, when a step will run here (and not as
+        a job step of an allocation): each command is then forked from this process."""
+        if not self.cfg.campaign.warm_start or self.launcher is not None or self.args.dry_run:
+            return
+        todo = [s for s in self.steps() if not (step_dir(self.run_dir, s) / "data.json").exists()]
+        if not todo:
+            return
+        n, secs = preload(self.cfg.model.arch)
+        threads = python_threads()
+        self.warm = threads == 1
+        if self.warm:
+            print(f"warm start: {n} modules imported in {secs:.1f} s; steps fork from here")
+        else:
+            print(f"warm start off: {threads} Python threads after the imports (forking needs one)")
+
     def run(self) -> int:
+        self.warm_up()
         for s in self.steps():
             sdir = step_dir(self.run_dir, s)
             if (sdir / "train" / "DONE.json").exists() and (sdir / "data.json").exists():
@@ -232,6 +255,7 @@ class Driver:
         return 0
 
     children: PidFile | None = None  # the running child, for the next attempt to reap
+    warm = False  # fork the step commands from this process (warm_up, t1/run/warm_start.py)
     # (what, cmd) -> the argv to run; t1.run.segment_fleet puts `t1 train` in its own job step
     launcher: Callable[[str, list[str]], list[str]] | None = None
 
@@ -244,9 +268,12 @@ class Driver:
         argv = t1_command() + cmd[1:] if cmd[:1] == ["t1"] else cmd
         if self.launcher is not None:
             argv = self.launcher(what, cmd)
-        proc = subprocess.Popen(  # dies with this driver, even by SIGKILL (t1.store.lock)
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
-        )
+        if self.warm and self.launcher is None and cmd[:1] == ["t1"] and python_threads() == 1:
+            proc = fork_command(cmd[1:])  # same exit, output, signals and death (warm_start)
+        else:
+            proc = subprocess.Popen(  # dies with this driver, even by SIGKILL (t1.store.lock)
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+            )
         if self.children is not None:
             self.children.add(what, proc.pid)
         assert proc.stdout is not None

@@ -175,6 +175,15 @@ def release_output(directory: str | os.PathLike[str]) -> bool:
 _HELD: dict[str, OutputLock] = {}
 
 
+def forget_inherited_locks() -> None:
+    """In a child forked without exec (t1.run.warm_start): close its copies of the parent's
+    lock descriptors (the parent's flocks stay held by the parent's own) and forget them, so
+    the child neither keeps a lock past its parent nor thinks it holds one."""
+    for held in _HELD.values():
+        held.release()
+    _HELD.clear()
+
+
 class PidFile:
     """Children of one driver, recorded so that the next attempt can kill what this one left."""
 
