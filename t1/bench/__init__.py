@@ -10,6 +10,7 @@
     t1 bench gpu                       (t1/bench/gpu.py: megatron backend, replay on/off, one GPU)
     t1 bench verifier                  (t1/bench/verifier.py: verifier seconds, proxy on/off)
     t1 bench weights                   (t1/bench/weights.py: weights to replicas, disk vs gloo)
+    t1 bench segment                   (t1/bench/segment.py: PPO steps, warm vs fresh commands)
 
 Each benchmark module defines `add_arguments(parser)` and `main(args) -> int`. Figures go into
 LOG.md with the date and the command; tests never assert timings.
@@ -35,6 +36,7 @@ BENCHMARKS = (
     "gpu",
     "verifier",
     "weights",
+    "segment",
 )
 
 

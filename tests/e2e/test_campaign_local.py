@@ -15,7 +15,10 @@ touched.
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,3 +63,13 @@ def test_local_campaign_and_its_ablations_finish_with_reports_and_one_filled_tab
     assert '"heldout"' in summary
     rerun, _ = snakemake(wf, *args[:2], "-n", *args[2:], timeout=300)
     assert rerun.returncode == 0 and "Nothing to be done" in rerun.stdout, tail(rerun)
+    # a PPO step with its commands forked from a warm driver computes what fresh ones do
+    bench = subprocess.run(
+        [sys.executable, "-m", "t1.cli", "bench", "segment", "--run-dir", f"results/{name}",
+         "--steps", "1", "--dir", str(tmp_path)],  # fmt: skip
+        cwd=wf, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert bench.returncode == 0, bench.stdout[-3000:] + bench.stderr[-3000:]
+    got = json.loads(bench.stdout)
+    print(f"[e2e] bench segment: {got['seconds_per_step']} s per step")
+    assert got["actors_identical"] and len(got["actor_sha256"]) == 1
