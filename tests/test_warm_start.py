@@ -209,6 +209,9 @@ def test_campaign_warm_start_decides_how_the_step_commands_start(driver, monkeyp
 
     preloaded, forked, popened = [], [], []
     monkeypatch.setattr(segment, "preload", lambda arch: preloaded.append(arch) or (0, 0.0))
+    # the suite's earlier tests may leave threads in this process: the driver's own is one
+    threads = [1]
+    monkeypatch.setattr(segment, "python_threads", lambda: threads[0])
     real_fork = segment.fork_command
     monkeypatch.setattr(
         segment, "fork_command", lambda argv: forked.append(argv) or real_fork(argv)
@@ -234,3 +237,7 @@ def test_campaign_warm_start_decides_how_the_step_commands_start(driver, monkeyp
     d.launcher = lambda what, cmd: cmd  # job steps of an allocation start afresh
     d.warm_up()
     assert not d.warm
+    threads[0] = 3  # another Python thread may hold a lock the child would never see released
+    d = driver(True)
+    d.warm_up()
+    assert not d.warm and "warm start off: 3 Python threads" in capfd.readouterr().out

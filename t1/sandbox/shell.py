@@ -280,15 +280,15 @@ class PtyShell:
         self._write(b"\x03")
         if self._await_shell(out, INTERRUPT_GRACE_S) == "X":
             return self._restarted(out)
-        if self._sync_tries(out):
-            return ""
+        if synced := self._sync_tries(out):
+            return RESTART_NOTE if synced == "X" else ""
         fg = self._fg_pgid()
         if fg > 0 and fg != self.shell_pgid:
             _killpg(fg)
             if self._await_shell(out, INTERRUPT_GRACE_S) == "X":
                 return self._restarted(out)
-            if self._sync_tries(out):
-                return ""
+            if synced := self._sync_tries(out):
+                return RESTART_NOTE if synced == "X" else ""
         if self.shell_pgid > 0:
             _killpg(self.shell_pgid)
         return self._restarted(out)
@@ -315,23 +315,26 @@ class PtyShell:
             if self._read_until(out, time.monotonic() + min(left, 0.02), kinds="X"):
                 return "X"
 
-    def _sync_tries(self, out: CappedOutput) -> bool:
-        """Sync with the shell; a sync line a dying job swallowed is followed by another."""
-        for _ in range(SYNC_TRIES):
-            if self._sync(out, INTERRUPT_GRACE_S):
-                return True
-            if self._fg_pgid() != self.shell_pgid:  # a job still holds the terminal
-                return False
-        return False
+    def _sync_tries(self, out: CappedOutput) -> str:
+        """Sync with the shell; a sync line a dying job swallowed is followed by another.
 
-    def _sync(self, out: CappedOutput, wait_s: float) -> bool:
+        "S": the shell answered; "X": it exited meanwhile and its loop's new bash is ready (the
+        caller says the shell was restarted); "": neither."""
+        for _ in range(SYNC_TRIES):
+            if got := self._sync(out, INTERRUPT_GRACE_S):
+                return got
+            if self._fg_pgid() != self.shell_pgid:  # a job still holds the terminal
+                return ""
+        return ""
+
+    def _sync(self, out: CappedOutput, wait_s: float) -> str:
         time.sleep(0.02)
         self.seq += 1
         self._write(f"__t1_mark S{self.seq} $?\n".encode())
         hit = self._read_until(out, time.monotonic() + wait_s, kinds="SX", seq=str(self.seq))
         if hit is not None and hit.kind == "X":
-            return self._wait_ready(out)
-        return hit is not None
+            return "X" if self._wait_ready(out) else ""
+        return "S" if hit is not None else ""
 
     def _wait_ready(self, out: CappedOutput, wait_s: float = 10.0) -> bool:
         hit = self._read_until(out, time.monotonic() + wait_s, kinds="R")

@@ -158,6 +158,17 @@ def test_stuck_shell_is_restarted_and_says_so(shell):
     assert shell.exec("echo alive").output == "alive\n"
 
 
+@pytest.mark.parametrize("body", ["while :; do :; done", "read x"])
+def test_a_shell_that_exits_on_ctrl_c_says_it_was_restarted(shell, body):
+    # bash runs the trap and exits while the host syncs after the ^C: the loop's new bash
+    # answers, with cwd and variables reset, and the note must say so (it said "interrupted"
+    # alone until 2026-12-05)
+    shell.exec("cd /tmp; X=kept")
+    r = shell.exec(f"trap 'exit 5' INT; {body}", timeout=1.0)
+    assert r.timed_out and "restarted" in r.output, r.output
+    assert shell.exec('echo "[$X]"').output == "[]\n"
+
+
 def test_exit_restarts_the_shell(shell):
     r = shell.exec("exit 3")
     assert r.exit_code == 3 and "restarted" in r.output
