@@ -3,16 +3,17 @@ import, and forks each step's command from itself instead of starting a fresh Py
 
 On the tiny config a PPO step is about 20 s, and each of its two commands spent about 3 s
 importing torch, transformers, the model's modeling module and t1 (plus `torch._inductor.config`,
-which `torch.use_deterministic_algorithms` imports) before doing anything: a quarter of the
-step (LOG.md, 2026-12-05, sixteenth session). Here those imports happen once per segment
-(`preload`), and `fork_command` runs `t1.cli.main(argv)` in a forked child that starts with
-them in memory.
+which `torch.use_deterministic_algorithms` imports) before doing anything: close to a third of
+the step. Here those imports happen once per segment (`preload`), and `fork_command` runs the
+command in a forked child that starts with them in memory: 14.7 s per step against 20.5, the
+actors bit-identical (`t1 bench segment`; LOG.md, 2026-12-05, sixteenth session).
 
 The child is the same command as `t1 ARGV` started afresh, as far as its work can tell:
 
 * nothing of torch has run in the driver (imports only: no tensor op, no thread pool, no
   `set_num_threads`), so the child's threads, RNG and flags are set by the child as they would
-  be in a new process; `MKL_DYNAMIC` is set by t1.cli before torch loads, in both;
+  be in a new process; `MKL_DYNAMIC` is set by t1.cli before torch loads, in both; the driver
+  forks only while it has one Python thread (`python_threads`);
 * stdin is /dev/null, stdout and stderr go to one pipe the driver reads (as with Popen);
 * the signals the driver catches (SIGTERM, SIGUSR2 flag handlers, t1.supervise.child) get
   their default dispositions back and SIGINT Python's own handler, so `t1 train`'s SIGUSR2

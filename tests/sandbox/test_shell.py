@@ -169,6 +169,40 @@ def test_a_shell_that_exits_on_ctrl_c_says_it_was_restarted(shell, body):
     assert shell.exec('echo "[$X]"').output == "[]\n"
 
 
+def test_a_campaign_started_in_the_background_gives_the_agent_the_same_terminal(tmp_path):
+    """`cmd &` in a script starts cmd with SIGINT and SIGQUIT ignored, and everything below it
+    inherited that: bash ignored `trap ... INT` and the agent's commands ignored a timeout's ^C.
+    The shell gets their default actions back (the three tests above failed in full-suite
+    runs started with `&`, 2026-12-05)."""
+    import signal
+
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGQUIT)}
+    nonce = PtyShell.new_nonce()
+    sh = PtyShell(["setsid", "-c", *outer_loop(nonce, str(tmp_path))], tmp_path, str(tmp_path),
+                  nonce, cap=4096)  # fmt: skip
+    try:
+        sh.start(timeout=20)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    try:
+        ignored = int(sh.exec("grep SigIgn /proc/self/status").output.split()[-1], 16)
+        assert not ignored & (1 << (signal.SIGINT - 1) | 1 << (signal.SIGQUIT - 1)), hex(ignored)
+        sh.exec("trap '' INT")
+        r = sh.exec("echo looping; while :; do :; done", timeout=1.0)
+        assert "looping" in r.output and "restarted" in r.output, r.output
+    finally:
+        if sh.proc is not None:
+            import os
+
+            try:
+                os.killpg(sh.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            sh.proc.wait()
+        sh.close()
+
+
 def test_exit_restarts_the_shell(shell):
     r = shell.exec("exit 3")
     assert r.exit_code == 3 and "restarted" in r.output
