@@ -60,18 +60,18 @@ def test_rc_has_no_exec_and_the_loop_reports_exits():
     assert loop[0] == "/bin/bash" and "set -m" in loop[-1] and "X-%s" in loop[-1]
 
 
-@pytest.fixture
-def shell(tmp_path):
+def _new_shell(tmp_path) -> PtyShell:
     nonce = PtyShell.new_nonce()
-    sh = PtyShell(
+    return PtyShell(
         ["setsid", "-c", *outer_loop(nonce, str(tmp_path))],
         tmp_path,
         str(tmp_path),
         nonce,
         cap=4096,
     )
-    sh.start(timeout=20)
-    yield sh
+
+
+def _kill_shell(sh: PtyShell) -> None:
     if sh.proc is not None:
         import os
         import signal
@@ -82,6 +82,14 @@ def shell(tmp_path):
             pass
         sh.proc.wait()
     sh.close()
+
+
+@pytest.fixture
+def shell(tmp_path):
+    sh = _new_shell(tmp_path)
+    sh.start(timeout=20)
+    yield sh
+    _kill_shell(sh)
 
 
 def test_state_persists_between_commands(shell, tmp_path):
@@ -177,9 +185,7 @@ def test_a_campaign_started_in_the_background_gives_the_agent_the_same_terminal(
     import signal
 
     old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGQUIT)}
-    nonce = PtyShell.new_nonce()
-    sh = PtyShell(["setsid", "-c", *outer_loop(nonce, str(tmp_path))], tmp_path, str(tmp_path),
-                  nonce, cap=4096)  # fmt: skip
+    sh = _new_shell(tmp_path)
     try:
         sh.start(timeout=20)
     finally:
@@ -192,15 +198,7 @@ def test_a_campaign_started_in_the_background_gives_the_agent_the_same_terminal(
         r = sh.exec("echo looping; while :; do :; done", timeout=1.0)
         assert "looping" in r.output and "restarted" in r.output, r.output
     finally:
-        if sh.proc is not None:
-            import os
-
-            try:
-                os.killpg(sh.proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            sh.proc.wait()
-        sh.close()
+        _kill_shell(sh)
 
 
 def test_exit_restarts_the_shell(shell):
