@@ -15,7 +15,6 @@ it computes. The figures go into LOG.md.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import statistics
@@ -28,6 +27,7 @@ from typing import Any
 import yaml
 
 from t1.run.steps import step_dir, t1_command
+from t1.store.ckpt import sha256_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,14 +52,6 @@ def _inputs(run: Path) -> dict[str, Path]:
     return need
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def run_arm(inputs: dict[str, Path], scratch: Path, warm: bool, steps: int) -> dict[str, Any]:
     """One `t1 segment` of `steps` steps in a fresh `scratch` dir; seconds and the last actor."""
     shutil.rmtree(scratch, ignore_errors=True)
@@ -81,7 +73,7 @@ def run_arm(inputs: dict[str, Path], scratch: Path, warm: bool, steps: int) -> d
             f"(exit {r.returncode}): {r.stdout[-3000:]}"
         )
     actor = step_dir(scratch, steps - 1) / "train" / "actor" / "model.safetensors"
-    return {"seconds": seconds, "actor_sha256": _sha256(actor)}
+    return {"seconds": seconds, "actor_sha256": sha256_file(actor)}
 
 
 def main(args: argparse.Namespace) -> int:

@@ -28,7 +28,6 @@ so endless output (`yes`) never grows memory; the cut is marked `[... N bytes cu
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import secrets
@@ -41,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from t1.sandbox.base import ExecResult, SandboxError
+from t1.store.lock import default_terminal_signals
 
 RS = b"\x1e"
 SENTINEL_MAX = 128  # longest sentinel, bytes; a partial one may hide in this many tail bytes
@@ -48,24 +48,6 @@ RESTART_NOTE = (
     "\n[t1: the shell exited and was restarted: cwd, variables and functions were reset]\n"
 )
 INTERRUPT_GRACE_S = 1.0
-# SIG_DFL for these in the shell's process before it execs: a job started in the background of
-# a script (`snakemake ... &`, `nohup ... &`) ignores SIGINT and SIGQUIT, and every process below
-# it inherits that. An interactive bash that starts with SIGINT ignored does not honour
-# `trap ... INT`, and every command it runs would also ignore the ^C of a timeout. So the
-# agent's terminal behaved differently depending on how the campaign was started (2026-12-05).
-TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
-_libc.signal.restype = ctypes.c_void_p
-
-
-def default_terminal_signals() -> None:
-    """preexec_fn: TERMINAL_SIGNALS to their default action (C calls only: safe in a child
-    forked from a threaded process, where Python's signal.signal is not)."""
-    for sig in TERMINAL_SIGNALS:
-        _libc.signal(int(sig), None)  # SIG_DFL is the null handler
-
-
 SYNC_TRIES = 3  # sync lines sent after an interrupt before the next, harder, step
 
 
@@ -216,7 +198,7 @@ class PtyShell:
                 env=env,
                 close_fds=True,
                 start_new_session=self.new_session,
-                preexec_fn=default_terminal_signals,
+                preexec_fn=default_terminal_signals,  # t1.store.lock
             )
         finally:
             os.close(slave)

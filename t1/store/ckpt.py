@@ -196,7 +196,7 @@ def check(path: str | os.PathLike[str], verify: str = "sha256") -> tuple[str, li
             continue
         if size != entry["bytes"]:
             problems.append(f"{f}: {size} bytes, manifest says {entry['bytes']}")
-        elif verify == "sha256" and _sha256_file(f) != entry["sha256"]:
+        elif verify == "sha256" and sha256_file(f) != entry["sha256"]:
             problems.append(f"{f}: sha256 mismatch (part {name!r})")
     return ("corrupt", problems) if problems else ("complete", [])
 
@@ -240,7 +240,7 @@ def latest_complete(
     return None
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     sha = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(_CHUNK):

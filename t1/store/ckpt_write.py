@@ -33,8 +33,8 @@ from t1.store.ckpt import (
     SCHEMA_VERSION,
     Checkpoint,
     CheckpointError,
-    _sha256_file,
     log,
+    sha256_file,
     step_dir_name,
 )
 
@@ -172,7 +172,7 @@ def seal_checkpoint(
         for f in sorted(tmp.glob("*" + FORMATS["bytes"])):
             entries[f.name[: -len(FORMATS["bytes"])]] = {
                 "file": f.name, "format": "bytes", "bytes": f.stat().st_size,
-                "sha256": _sha256_file(f),
+                "sha256": sha256_file(f),
             }  # fmt: skip
     manifest = {
         "schema_version": SCHEMA_VERSION,

@@ -57,6 +57,23 @@ def die_with_parent() -> None:
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+# SIG_DFL for these in a sandbox shell's process before it execs: a job started in the
+# background of a script (`snakemake ... &`, `nohup ... &`) ignores SIGINT and SIGQUIT, and every
+# process below it inherits that. An interactive bash that starts with SIGINT ignored does not
+# honour `trap ... INT`, and every command it runs would also ignore the ^C of a timeout: the
+# agent's terminal behaved differently depending on how the campaign was started (2026-12-05).
+TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
+_libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+_libc.signal.restype = ctypes.c_void_p
+
+
+def default_terminal_signals() -> None:
+    """preexec_fn: TERMINAL_SIGNALS to their default action (C calls only: safe in a child
+    forked from a threaded process, where Python's signal.signal is not)."""
+    for sig in TERMINAL_SIGNALS:
+        _libc.signal(int(sig), None)  # SIG_DFL is the null handler
+
+
 def proc_start(pid: int) -> int | None:
     """The start time of `pid` in clock ticks since boot (/proc/PID/stat field 22), or None."""
     try:
