@@ -86,3 +86,16 @@ def test_pytest_options_kept_dropped_and_targets_only_under_tests(tmp_path):
     assert any("--ctrf" in n for n in notes) and any("-p" in n for n in notes)
     assert pytest_args([], "/", str(tests))[0] == [str(tests)]
     assert pytest_args(["test_mine.py"], str(tmp_path / "app"), str(tests))[0] is None
+
+
+def test_a_shims_call_imports_none_of_the_runners_modules(tmp_path):
+    """A shim's `call` (twice per verifier run) exits before the runner's own imports: the
+    command it passes through runs (here: not found, 127) without ctypes, subprocess or
+    threading ever imported (`-X importtime` lists every import)."""
+    runner = REPO / "t1" / "verify" / "script_runner.py"
+    cmd = [sys.executable, "-I", "-S", "-X", "importtime", str(runner), "call", "t1-no-such-tool"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env={"PATH": str(tmp_path)})
+    assert r.returncode == 127 and "t1-no-such-tool: command not found" in r.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if "|" in line}
+    assert "os" in imported or "posixpath" in imported  # the listing is there
+    assert not imported & {"ctypes", "subprocess", "threading", "socket", "json"}
