@@ -171,9 +171,10 @@ def _passthrough(tool: str, args: list[str]) -> int:
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["call"] and len(sys.argv) >= 3:
-    # A shim's call (twice per verifier run of a generated task: its `python3 -c 'import
-    # pytest'` probe and its `python3 -m pytest`) needs nothing below: importing the runner's
-    # modules cost each call about 20 ms of CPU, three times the interpreter's own start.
+    # The one entry of a shim's call (twice per verifier run of a generated task: its `python3
+    # -c 'import pytest'` probe and its `python3 -m pytest`); it needs nothing below: importing
+    # the runner's modules cost each call about 20 ms of CPU, three times the interpreter's own
+    # start. main() is the runner.
     sys.exit(call(sys.argv[2], sys.argv[3:]))
 
 import ctypes  # noqa: E402 - the runner's own modules, after the shims' fast path above
@@ -400,8 +401,6 @@ def _test_target(arg: str, cwd: str, tests: str) -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["call"] and len(argv) >= 2:
-        return call(argv[1], argv[2:])
     fd = int(argv[argv.index("--fd") + 1])
     os.set_inheritable(fd, False)
     _no_dumping()
