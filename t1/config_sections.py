@@ -227,7 +227,14 @@ class PPOConfig:
     max_grad_norm: float = 1.0  # gradient clipping per optimizer step (0 = off)
     old_logp: str = "trainer"  # trainer | rollout: the logprobs the PPO ratio divides by
     loss_agg: str = "token"  # token | sequence: the policy loss's mean (t1.ppo.losses)
+    # KL(actor || reference) in the actor's loss, the reference being the policy PPO started
+    # from (t1.ppo.losses.kl_penalty, k3); 0 = none, the recipe. hf backend only
+    kl_coef: float = 0.0
     device: str = "auto"  # hf backend (also sft, critic warm-up): cpu | cuda | auto (cuda if any)
+
+    def __post_init__(self) -> None:
+        if not self.kl_coef >= 0.0:
+            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef!r}")
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
     from t1.ppo.losses import masked_mean, policy_loss, value_loss
     loss = policy_loss(logp, old_logp, adv, loss_mask, clip_eps=0.2)
     loss = policy_loss(logp, old_logp, adv, loss_mask, clip_eps=0.2, agg="sequence")
+    loss = loss + kl_coef * aggregate(kl_penalty(logp, ref_logp), loss_mask, agg)
     vloss = value_loss(values, old_values, returns, loss_mask, clip_eps=0.2)
 
 How the policy loss averages over the loss region (`ppo.loss_agg`; verl's `loss_agg_mode`):
@@ -11,7 +12,9 @@ How the policy loss averages over the loss region (`ppo.loss_agg`; verl's `loss_
   sequence  each row's mean over its own loss positions, then the mean over the rows that
             have any (every trajectory weighs the same: a 40-token family answer is not
             drowned by a 700-token failure beside it).
-The value loss is always the token-level mean. There are no KL terms and no entropy bonus.
+The value loss is always the token-level mean. There is no entropy bonus. A KL term to a
+reference policy (the one PPO started from) joins the actor's loss only with `ppo.kl_coef` > 0
+(the recipe has none): `kl_penalty`, averaged the same way as the surrogate.
 """
 
 from __future__ import annotations
@@ -68,6 +71,19 @@ def policy_loss(
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
     return aggregate(-torch.minimum(unclipped, clipped), loss_mask, agg)
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token estimate of KL(actor || reference) on tokens the actor sampled: the "k3"
+    estimator, exp(d) - d - 1 with d = ref_logp - logp (Schulman, "Approximating KL
+    divergence"; verl's and slime's `low_var_kl`). Non-negative, 0 where the two agree, and
+    its gradient in logp, 1 - pi_ref / pi, lowers a token the actor now favours far more than
+    the reference did whatever its advantage: a pull back that does not vanish when the critic
+    has learnt that a task fails. d is clamped to [-10, 10] as verl does.
+
+    logp (with grad), ref_logp: [B, T]. Returns [B, T] (mask and average it with `aggregate`)."""
+    d = torch.clamp(ref_logp.detach() - logp, -10.0, 10.0)
+    return torch.exp(d) - d - 1.0
 
 
 def value_loss(

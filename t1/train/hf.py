@@ -141,6 +141,9 @@ class HFTrainer:
         # actor_update's output layer on the loss positions only (loss_region_logp); False:
         # the full logits, as `t1 bench train`'s loss_region compares
         self.loss_region = True
+        # ppo.kl_coef > 0: the frozen policy PPO started from (t1.train.ppo attaches it);
+        # never trained, never in state_dict (it is the run's SFT actor, reloaded from disk)
+        self.reference: nn.Module | None = None
 
     # ------------------------------------------------------------------ forwards
 
@@ -200,6 +203,27 @@ class HFTrainer:
         return ActorOutput(
             self._stitch(logps, batch), self._stitch(ents, batch) if entropy else None
         )
+
+    def reference_logp(self, batch: Batch) -> torch.Tensor:
+        """No-grad logp [B, T] of the reference policy at the loss positions (0 elsewhere),
+        replaying the batch's routing as the actor's forwards do, so that a KL term compares
+        the two policies on the experts the engine used."""
+        self._note("reference.forward")
+        if self.reference is None:
+            raise RuntimeError("reference_logp: no reference policy attached (ppo.kl_coef > 0)")
+        ref = self.reference.to(self.device).eval()
+        parts = []
+        with torch.no_grad():
+            for idx in self._chunks(batch):
+                mb = batch.select(idx).to(self.device)
+                replay = (
+                    routing_replay(ref, mb.routing)
+                    if self.replay and mb.routing is not None
+                    else contextlib.nullcontext()
+                )
+                with replay:
+                    parts.append((idx, loss_region_logp(ref, mb.input_ids, mb.loss_mask)))
+        return self._stitch(parts, batch)
 
     def _checked_logits(self, mb: Batch, check: dict[str, int]) -> torch.Tensor:
         """The actor's logits, counting the routing check's mismatches on the way."""

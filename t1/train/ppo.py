@@ -77,8 +77,39 @@ def _fresh(cfg: Config, source: Path, critic_dir: str | None):
         "recalibration_left": cfg.critic_warmup.recalibration_rollouts if warm else 0,
         "critic_start": "warm" if warm else "cold",
         "done": False,
+        # the policy PPO started from: ppo.kl_coef's reference in every later step
+        "reference": str((source / "actor").resolve()),
     }
+    attach_reference(trainer, cfg, progress)
     return trainer, progress
+
+
+def attach_reference(trainer, cfg: Config, progress: dict[str, Any]) -> None:
+    """With ppo.kl_coef > 0, load the run's reference policy (the actor PPO started from,
+    recorded in the progress at step 0) into the trainer, frozen. Raises ChainBroken naming
+    the problem when the run has no recorded reference or its directory is gone."""
+    if cfg.ppo.kl_coef <= 0:
+        return
+    ref = progress.get("reference")
+    if not ref:
+        raise ChainBroken(
+            "ppo.kl_coef > 0 but this run's checkpoint records no reference policy (its PPO "
+            "started before the reference was recorded); set ppo.kl_coef: 0 or start the PPO "
+            "stage again"
+        )
+    if not (Path(ref) / "config.json").is_file():
+        raise ChainBroken(f"ppo.kl_coef > 0: the reference policy {ref} is gone (no config.json)")
+    if not hasattr(trainer, "reference"):
+        raise ChainBroken(
+            f"ppo.kl_coef > 0 needs the hf backend (train.backend is {cfg.train.backend!r})"
+        )
+    import torch
+
+    with torch.random.fork_rng(devices=[]):  # loading consumes no RNG the run sees
+        model = roles.actor(cfg, ref)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    trainer.reference = model.eval()
 
 
 def _resumed(cfg: Config, source: Path, payload: dict[str, Any]):
@@ -87,7 +118,9 @@ def _resumed(cfg: Config, source: Path, payload: dict[str, Any]):
     critic = roles.critic(cfg, actor_dir=source / "actor", shape_only=True)
     trainer = build_trainer(cfg, actor, critic)
     trainer.load_state_dict(payload["trainer"])
-    return trainer, dict(payload["progress"])
+    progress = dict(payload["progress"])
+    attach_reference(trainer, cfg, progress)
+    return trainer, progress
 
 
 def campaign_step(trainer, batch, cfg: Config, progress: dict[str, Any]) -> dict[str, Any]:
@@ -228,7 +261,7 @@ def run(cfg: Config, args: argparse.Namespace, stop=None) -> int:
         own = out.load()
         if own is not None and own["progress"].get("done"):
             trainer, progress = _resumed(cfg, source, own)
-    except LayoutChanged as e:
+    except (ChainBroken, LayoutChanged) as e:
         print(f"t1 train ppo: {e}")
         return 5
     if own is not None and own["progress"].get("done"):

@@ -3,6 +3,7 @@
     from t1.train.protocol import Trainer
     out = trainer.actor_forward(batch)              # no grad: logp, entropy  [B, T]
     v = trainer.critic_values(batch)                # no grad: values         [B, T]
+    ref = trainer.reference_logp(batch)             # no grad: ppo.kl_coef's reference (hf)
     trainer.critic_update(batch, loss_fn)           # one optimizer step of the critic
     trainer.actor_update(batch, loss_fn)            # one optimizer step of the actor
 

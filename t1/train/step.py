@@ -10,9 +10,11 @@
 3. critic updates: `epochs` passes of minibatches (`minibatch` rows each) on the clipped value
    loss around V0;
 4. critic forward again: values V1 of the UPDATED critic -> the actor's advantages (GAE);
-5. actor updates: `epochs` passes of minibatches on the clipped surrogate (no KL, no entropy
-   bonus), ratios against the old logprobs of step 1 (`old_logp: trainer`, the default) or
-   the engine's (`old_logp: rollout`).
+5. actor updates: `epochs` passes of minibatches on the clipped surrogate (no entropy bonus),
+   ratios against the old logprobs of step 1 (`old_logp: trainer`, the default) or the
+   engine's (`old_logp: rollout`); with `kl_coef` > 0 plus kl_coef times the KL estimate to
+   the reference policy (`trainer.reference_logp`, taken once before the updates; the recipe
+   has no KL term).
 With `update_actor=False` (critic re-calibration) steps 4-5 are skipped.
 
 Returns a flat dict of metrics for the JSON-lines log (see `t1.store.metrics_log`).
@@ -29,7 +31,7 @@ import torch
 
 from t1.config import PPOConfig
 from t1.ppo.advantages import gae, token_rewards
-from t1.ppo.losses import LOSS_AGGS, masked_mean, policy_loss, value_loss
+from t1.ppo.losses import LOSS_AGGS, aggregate, kl_penalty, masked_mean, policy_loss, value_loss
 from t1.ppo.metrics import clip_fraction, ema, explained_variance, train_inference_gap
 from t1.train.batch import Batch
 from t1.train.protocol import Trainer
@@ -105,10 +107,15 @@ def ppo_step(
         metrics[f"routing_{key}"] = value
 
     # 4-5. advantages from the freshly updated critic, then the actor
-    plosses, clips = [], []
+    plosses, clips, kls = [], [], []
     if update_actor:
         v1 = trainer.critic_values(batch)
         advantages, _ = gae(rewards, v1, mask, cfg.gamma, cfg.lam)
+        ref_logp = None
+        if cfg.kl_coef > 0:
+            ref_logp = trainer.reference_logp(batch)
+            # how far the actor is from the reference before this step's updates
+            metrics["kl_ref"] = float(masked_mean(kl_penalty(old.logp, ref_logp), mask))
         for _ in range(cfg.epochs):
             for idx in minibatches(trainer, batch.size, cfg.minibatch):
                 mb = batch.select(idx)
@@ -116,20 +123,30 @@ def ppo_step(
                 def ploss_fn(logp, b, idx=idx):
                     o, a = _rows(old_logp, idx, b), _rows(advantages, idx, b)
                     loss = policy_loss(logp, o, a, b.loss_mask, cfg.clip_eps, cfg.loss_agg)
-                    return loss, {
+                    out = {
                         "policy_loss": float(loss.detach()),
                         "clip_fraction": clip_fraction(logp, o, b.loss_mask, cfg.clip_eps),
                     }
+                    if ref_logp is not None:
+                        r = _rows(ref_logp, idx, b)
+                        kl = aggregate(kl_penalty(logp, r), b.loss_mask, cfg.loss_agg)
+                        loss = loss + cfg.kl_coef * kl
+                        out["kl_loss"] = float(kl.detach())
+                    return loss, out
 
                 m = trainer.actor_update(mb, ploss_fn)
                 plosses.append(m["policy_loss"])
                 clips.append(m["clip_fraction"])
+                if "kl_loss" in m:
+                    kls.append(m["kl_loss"])
         metrics["_advantages"] = advantages
         metrics["advantage_mean"] = float(masked_mean(advantages, mask))
     metrics["_returns"] = returns
     metrics["_old_logp"] = old_logp
     metrics["policy_loss"] = _mean(plosses)
     metrics["clip_fraction"] = _mean(clips)
+    if kls:
+        metrics["kl_loss"] = _mean(kls)
     metrics["actor_updated"] = bool(update_actor)
     metrics.update(batch_stats(batch))
     dt = time.perf_counter() - t0

@@ -77,3 +77,21 @@ def test_value_loss_clipping():
     # t0 takes the clipped branch (no gradient through new), t1 and t2 the unclipped one.
     assert torch.allclose(new.grad, torch.tensor([[0.0, (0.1 - 1.0) / 3, -0.5 / 3]]))
     assert not math.isnan(loss.item())
+
+
+def test_kl_penalty_is_k3_zero_at_the_reference_and_lowers_what_the_actor_overfavours():
+    from t1.ppo.losses import kl_penalty
+
+    ref = torch.log(torch.tensor([[0.5, 0.02, 0.3]]))
+    logp = torch.log(torch.tensor([[0.5, 0.9, 0.1]])).requires_grad_(True)
+    k = kl_penalty(logp, ref)
+    d = ref - logp.detach()
+    assert torch.allclose(k.detach(), d.exp() - d - 1)
+    assert k[0, 0].item() == 0.0 and (k.detach() >= 0).all()
+    k.sum().backward()
+    # d/dlogp = 1 - pi_ref / pi: positive where the actor favours a token more than the
+    # reference (descent lowers it), negative where less (descent raises it), 0 where equal
+    assert logp.grad[0, 0].item() == 0.0
+    assert logp.grad[0, 1].item() > 0.9 and logp.grad[0, 2].item() < -1.9
+    # a far-off token is clamped (d in [-10, 10]), not an overflow
+    assert torch.isfinite(kl_penalty(torch.tensor([[-1e4]]), torch.tensor([[0.0]]))).all()

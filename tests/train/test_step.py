@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from t1.ppo.advantages import token_rewards
-from t1.ppo.losses import policy_loss
+from t1.ppo.losses import kl_penalty, masked_mean, policy_loss
 from t1.train.step import ppo_step
 from tests.train.conftest import make_trainer
 
@@ -90,3 +90,70 @@ def test_loss_agg_changes_the_actor_update_and_an_unknown_one_is_refused(batch, 
     assert any(not torch.equal(v, seq[k]) for k, v in token.items())
     with pytest.raises(ValueError, match="loss_agg"):
         ppo_step(make_trainer(), batch, dataclasses.replace(ppo_cfg, loss_agg="seq-mean"))
+
+
+def _kl_to(trainer, ref, batch) -> float:
+    """The mean k3 estimate of KL(actor || ref) over the loss region of `batch`."""
+    trainer.reference = ref
+    return float(masked_mean(kl_penalty(trainer.actor_forward(batch).logp,
+                                        trainer.reference_logp(batch)), batch.loss_mask))  # fmt: skip
+
+
+def test_kl_coef_pulls_the_actor_toward_the_reference_and_zero_leaves_the_step_alone(
+    batch, ppo_cfg
+):
+    # The reference is another policy (seed 1): the actor starts far from it. Several steps on
+    # the same batch with and without the KL term; only the KL term brings the actor closer.
+    ref = make_trainer(seed=1).actor.eval()
+
+    def after(kl_coef, steps=3):
+        tr = make_trainer()
+        if kl_coef > 0:
+            tr.reference = ref
+        tr.calls = []
+        for _ in range(steps):
+            m = ppo_step(tr, batch, dataclasses.replace(ppo_cfg, kl_coef=kl_coef))
+        return tr, m
+
+    start = _kl_to(make_trainer(), ref, batch)
+    plain, m0 = after(0.0)
+    assert "reference.forward" not in plain.calls and "kl_ref" not in m0 and "kl_loss" not in m0
+    pulled, m1 = after(5.0)
+    assert pulled.calls.count("reference.forward") == 3
+    assert m1["kl_ref"] > 0 and m1["kl_loss"] > 0
+    assert _kl_to(pulled, ref, batch) < 0.7 * start
+    assert _kl_to(plain, ref, batch) > 0.9 * start
+    # kl_coef 0 is the step without the term, bit for bit (the recipe's default)
+    base = make_trainer()
+    ppo_step(base, batch, ppo_cfg)
+    for _ in range(2):
+        ppo_step(base, batch, ppo_cfg)
+    assert all(
+        torch.equal(v, plain.actor.state_dict()[k]) for k, v in base.actor.state_dict().items()
+    )
+
+
+def test_the_reference_of_an_identical_policy_costs_nothing(batch, ppo_cfg):
+    # A reference equal to the actor: the estimate is 0 and so is its gradient (1 - pi_ref/pi),
+    # so one update on the whole batch moves the actor as the plain step does.
+    import copy
+
+    cfg = dataclasses.replace(ppo_cfg, minibatch=batch.size)
+    with_kl = make_trainer()
+    with_kl.reference = copy.deepcopy(with_kl.actor).eval()
+    m = ppo_step(with_kl, batch, dataclasses.replace(cfg, kl_coef=1.0))
+    plain = make_trainer()
+    ppo_step(plain, batch, cfg)
+    assert abs(m["kl_ref"]) < 1e-6 and abs(m["kl_loss"]) < 1e-6
+    moved = False
+    for k, v in plain.actor.state_dict().items():
+        assert torch.allclose(v, with_kl.actor.state_dict()[k], atol=1e-6), k
+        moved |= not torch.equal(v, with_kl.reference.state_dict()[k])
+    assert moved  # the step did update the actor
+
+
+def test_a_kl_coef_without_a_reference_is_an_error_and_a_negative_one_is_refused(batch, ppo_cfg):
+    with pytest.raises(RuntimeError, match="reference"):
+        ppo_step(make_trainer(), batch, dataclasses.replace(ppo_cfg, kl_coef=0.1))
+    with pytest.raises(ValueError, match="kl_coef"):
+        dataclasses.replace(ppo_cfg, kl_coef=-0.1)

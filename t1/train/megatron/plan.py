@@ -60,6 +60,12 @@ def check_plan(cfg: Config) -> dict[str, Any]:
     """The plan of `cfg`'s backend; raises PlanError when a role exceeds train.gpu_budget_gib."""
     if cfg.train.backend not in ("hf", "megatron"):
         raise ValueError(f"train.backend must be hf or megatron, got {cfg.train.backend!r}")
+    if cfg.train.backend == "megatron" and cfg.ppo.kl_coef > 0:
+        raise PlanError(
+            f"ppo.kl_coef {cfg.ppo.kl_coef:g} needs a reference policy beside actor and critic, "
+            "which the megatron trainer does not hold (a third model on the GPUs): set "
+            "ppo.kl_coef: 0 (the recipe has no KL term) or train.backend: hf"
+        )
     from t1.model.spec import resolve
 
     cfg = resolve(cfg)  # model.init_from: SpecMismatch naming every disagreeing key
