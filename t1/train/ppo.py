@@ -87,7 +87,8 @@ def _fresh(cfg: Config, source: Path, critic_dir: str | None):
 def attach_reference(trainer, cfg: Config, progress: dict[str, Any]) -> None:
     """With ppo.kl_coef > 0, load the run's reference policy (the actor PPO started from,
     recorded in the progress at step 0) into the trainer, frozen. Raises ChainBroken naming
-    the problem when the run has no recorded reference or its directory is gone."""
+    the problem when the run has no recorded reference or its directory is gone (the megatron
+    trainer never gets here: check_plan refuses kl_coef > 0 when the trainer is built)."""
     if cfg.ppo.kl_coef <= 0:
         return
     ref = progress.get("reference")
@@ -99,10 +100,6 @@ def attach_reference(trainer, cfg: Config, progress: dict[str, Any]) -> None:
         )
     if not (Path(ref) / "config.json").is_file():
         raise ChainBroken(f"ppo.kl_coef > 0: the reference policy {ref} is gone (no config.json)")
-    if not hasattr(trainer, "reference"):
-        raise ChainBroken(
-            f"ppo.kl_coef > 0 needs the hf backend (train.backend is {cfg.train.backend!r})"
-        )
     import torch
 
     with torch.random.fork_rng(devices=[]):  # loading consumes no RNG the run sees

@@ -71,3 +71,19 @@ def test_the_megatron_backend_refuses_a_kl_coef_before_launch(world):
     cfg = load_config(world["kl"], overrides={"train.backend": "megatron"})
     with pytest.raises(PlanError, match="ppo.kl_coef"):
         check_plan(cfg)
+
+
+def test_a_redo_of_a_lost_step_reloads_the_reference_and_gives_the_same_actor(world):
+    # Step 1's checkpoint is corrupt: step 2 redoes step 1 from step 0's state (the fallback
+    # chain), which needs the reference recorded at step 0; the result is the unbroken chain's.
+    from test_ppo_fallback import _corrupt
+
+    tmp, rollout, cfg = world["tmp"], world["rollout"], world["kl"]
+    whole = _chain(cfg, rollout, world["sft"], tmp / "whole", 3)
+    broken = _chain(cfg, rollout, world["sft"], tmp / "broken", 2)
+    _corrupt(broken[1])
+    assert cli.main(_args(cfg, "ppo", rollout, broken[1], tmp / "broken" / "step2")) == 0
+    a = load_policy(whole[2] / "actor").state_dict()
+    b = load_policy(tmp / "broken" / "step2" / "actor").state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert read_events(tmp / "broken" / "step2", "ppo_step")[0]["kl_ref"] > 0
