@@ -322,8 +322,8 @@ class CriticWarmupConfig:
     """Critic warm-up over a binary-reward pool (t1.train.critic_warmup)."""
 
     enabled: bool = True  # False = cold start, kept for comparison
-    # trajectories of the warm-up rollout, launched in the train pool's order and all admitted
-    # (0 = one PPO step's rollout: rollout.launch, the first rollout.admit admitted)
+    # trajectories of the warm-up rollout, launched in the train pool's seeded order and all
+    # admitted; 0 = every task of the pool once (one epoch over the pool, as the paper's warm-up)
     trajectories: int = 0
     epochs: int = 1
     batch: int = 4  # rows (TITO segments) per critic optimizer step

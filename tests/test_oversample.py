@@ -128,3 +128,23 @@ def test_carry_over_is_keyed_by_path_not_name(tmp_path):
     rows.append({"task": "same", "path": a, "reason": "truncated-tail"})
     rollout.write_text(json.dumps({"dropped_tasks": rows}))
     assert _dropped_dirs(rollout, [a, b]) == [b, a]
+
+
+def test_each_launches_every_task_once_and_a_launch_count_cycles_through_them():
+    from t1.rollout.collect import launched_tasks
+
+    tasks = ["a", "b", "c"]
+    assert launched_tasks(tasks, None) == ["a", "b", "c"]  # --each: an epoch over the tasks
+    assert launched_tasks(tasks, 5) == ["a", "b", "c", "a", "b"]
+    assert launched_tasks(tasks, 2) == ["a", "b"]
+
+
+@pytest.mark.parametrize(("launch", "admit"), [(5, None), (None, 4)])
+def test_rollout_refuses_each_beside_a_launch_or_admit_count(tmp_path, capsys, launch, admit):
+    import argparse
+
+    from t1.rollout.collect import main
+
+    args = argparse.Namespace(each=True, launch=launch, admit=admit, out=tmp_path / "out")
+    assert main(args) == 2
+    assert "--each" in capsys.readouterr().err and not (tmp_path / "out").exists()

@@ -379,6 +379,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--admit", type=int, help="first completed admitted (default: rollout.admit)"
     )
     parser.add_argument(
+        "--each",
+        action="store_true",
+        help="one trajectory per task, every one admitted: an epoch over the tasks (the critic "
+        "warm-up's rollout); not with --launch or --admit",
+    )
+    parser.add_argument(
         "--seed", type=int, help="sampling seed (default: run.seed in deterministic mode)"
     )
     parser.add_argument(
@@ -406,10 +412,22 @@ def load_tasks(dirs: list[str], seed: int = 0) -> list[Task]:
     return tasks
 
 
+def launched_tasks(tasks: list[Task], launch: int | None) -> list[Task]:
+    """The tasks a rollout launches, in launch order: every task once (`launch` None, `--each`),
+    else `launch` of them, cycling through `tasks` in their order."""
+    if launch is None:
+        return list(tasks)
+    return [tasks[i % len(tasks)] for i in range(launch)]
+
+
 def main(args: argparse.Namespace) -> int:
     from t1.agent.tokenizer import load_tokenizer
     from t1.store.lock import LockHeld, hold_output
 
+    if args.each and (args.launch or args.admit):
+        print("t1 rollout: --each launches every task once and admits all; "
+              "it takes no --launch or --admit", file=sys.stderr)  # fmt: skip
+        return 2
     try:  # one writer per rollout directory, for this process's whole life
         hold_output(args.out, "t1 rollout")
     except LockHeld as e:
@@ -430,15 +448,17 @@ def main(args: argparse.Namespace) -> int:
     else:
         from t1.engine import make_engine
 
-        launch = args.launch or cfg.rollout.launch
-        batch_tasks = [tasks[i % len(tasks)] for i in range(launch)]
+        batch_tasks = launched_tasks(
+            tasks, None if args.each else args.launch or cfg.rollout.launch
+        )
+        admit = len(batch_tasks) if args.each else args.admit
         from t1.engine.fleet import FleetError, after_rollout, before_rollout
 
         engine = make_engine(cfg, args.policy)
         try:  # a fleet loads the step's policy into every replica first, or the step stops
             before_rollout(engine, args.policy)
             batch = collect(
-                batch_tasks, engine, tokenizer, cfg, admit=args.admit, seed=args.seed, reward=reward
+                batch_tasks, engine, tokenizer, cfg, admit=admit, seed=args.seed, reward=reward
             )
             after_rollout(engine, args.out)
         except FleetError as e:

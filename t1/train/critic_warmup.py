@@ -3,8 +3,11 @@
     t1 train --config FILE --stage critic_warmup --in POOL_DIR --from SFT_DIR --out DIR
 
 The critic starts from the SFT policy's backbone with a fresh value head and is trained for
-`critic_warmup.epochs` (1) over the pool's trajectories, rewards binary (1 iff every
-assertion passed), the policy frozen (not even loaded into the optimizer). Loss: 0.5 * MSE
+`critic_warmup.epochs` (1) over the pool's trajectories (the warm-up rollout: every task of the
+train pool once by default, as the paper's one epoch over TMax-15k), rewards binary in the
+outcome and on the run's scale (a resolved trajectory's target is what the run's reward paid it,
+an unresolved one's 0: the paper's binary 1 and its dense reward agree for a resolved task only
+when the task's assertions fill the scale), the policy frozen (not even loaded into the optimizer). Loss: 0.5 * MSE
 between the values and the returns (gamma = lambda = 1: each row's reward) over the loss
 region, token-level mean. Each step logs the value loss and the explained variance of the
 minibatch's values before that step (`critic_warmup_step` events). Writes DIR/critic (the

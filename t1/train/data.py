@@ -10,8 +10,9 @@ COMPLETED and TRUNCATED ones with a reward are trained on (ABORTED and FAILED ne
 or dropped silently), one Row per segment, all carrying the trajectory's reward:
 
   reward="trajectory"  the reward the verifier attached (dense or binary, per the run)
-  reward="binary"      1.0 if every assertion passed (metadata "resolved"), else 0.0 - the
-                       critic warm-up's binary-reward pool
+  reward="binary"      the outcome on the run's scale: what the run's reward paid a trajectory
+                       whose every assertion passed (metadata "resolved"; 1.0 when it carries
+                       no reward), else 0.0 - the critic warm-up's binary-reward pool
 
 Per-trajectory fields (task_id, category, status, resolved, reward, drift_positions) sit on
 the first segment's meta only, so rates count trajectories, not segments. `stats` counts
@@ -80,7 +81,10 @@ def load_rows(
             print(f"t1 train: skipping {path}: {e}")
             continue
         resolved = bool(traj.metadata.get("resolved", False))
-        r = float(resolved) if reward == "binary" else float(traj.reward or 0.0)
+        if reward == "binary":  # resolved pays what the run's reward pays a resolved trajectory
+            r = (1.0 if traj.reward is None else float(traj.reward)) if resolved else 0.0
+        else:
+            r = float(traj.reward or 0.0)
         head = {
             "task_id": traj.task_id,
             "category": str(traj.metadata.get("category") or "unknown"),

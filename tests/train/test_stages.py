@@ -141,6 +141,22 @@ def test_sft_resumes_bit_exactly_and_marks_done(world):
     assert cli.main(_args(cfg, "sft", world["rollout"], world["policy"], full)) == 0  # DONE: no-op
 
 
+def test_the_warm_up_target_is_the_outcome_on_the_runs_reward_scale(world):
+    """A resolved trajectory's target is what the run's reward paid it (a resolved family task
+    earns 2/3 at the tiny config's scale 3, not 1), an unresolved one's 0: the dense campaign
+    then meets a critic on its own scale, where 2 re-calibration steps of 16 trajectories could
+    not bring a critic that predicts 1 for every resolved task (LOG.md, 2026-12-06)."""
+    from t1.train.data import load_rows
+
+    rows, _ = load_rows([world["rollout"]], None, reward="binary")
+    got = {r.meta["task_id"]: r.reward for r in rows if "status" in r.meta}
+    # _rollout: task i earned i/3 and is resolved when i is even
+    assert got == {"task0": 0.0, "task1": 0.0, "task2": pytest.approx(2 / 3), "task3": 0.0}
+    rows, _ = load_rows([world["rollout"]], None, reward="trajectory")
+    got = {r.meta["task_id"]: r.reward for r in rows if "status" in r.meta}
+    assert got == pytest.approx({f"task{i}": i / 3 for i in range(4)})
+
+
 def test_warmup_then_recalibration_then_policy_steps(world):
     tmp, cfg = world["tmp"], world["cfg"]
     sft = tmp / "sft_full"

@@ -90,8 +90,11 @@ def test_critic_warmup_trajectories_reach_the_warmup_rollout(wf, tmp_path, n):
                   "--configfile", str(overlay))  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     line = next(x for x in r.stdout.splitlines() if "--out results/tiny/critic/rollout" in x)
-    # 0: one PPO step's rollout (rollout.launch / admit); n: n launched, all admitted
+    # 0: every task of the pool once, all admitted; n: n launched, all admitted
     assert (f"--launch {n} --admit {n} " in line) == bool(n) and ("--launch" in line) == bool(n)
+    assert ("--each" in line) == (not n)
+    # the pool itself (its seeded order), not its tasks/ dir in rank order
+    assert "--tasks results/tiny/pool/train " in line
 
 
 def test_dry_run_of_the_122b_preset_on_slurm(wf):

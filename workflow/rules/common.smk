@@ -136,10 +136,11 @@ ROLLOUT_CPUS = min(conf("rollout.workers"), CPUS)
 
 
 def warmup_size(wildcards):
-    """The critic warm-up rollout's --launch/--admit (critic_warmup.trajectories; 0: the
-    rollout's defaults)."""
+    """The critic warm-up rollout's size (critic_warmup.trajectories): 0, every task of the
+    train pool once, all admitted (`--each`: one epoch over the pool, the paper's warm-up);
+    n, n launched through the pool's seeded order, all admitted."""
     n = conf("critic_warmup.trajectories")
-    return f"--launch {n} --admit {n}" if n else ""
+    return f"--launch {n} --admit {n}" if n else "--each"
 
 
 MEM_MB = conf("campaign.mem_mb")

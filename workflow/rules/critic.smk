@@ -1,5 +1,6 @@
-# Critic warm-up: rollouts of the SFT policy over the training pool, then one epoch of value
-# training on their binary (all assertions pass) outcomes before any policy step.
+# Critic warm-up: rollouts of the SFT policy over the training pool (every task once unless
+# critic_warmup.trajectories says how many), then one epoch of value training on their binary
+# (all assertions pass) outcomes, on the run's reward scale, before any policy step.
 
 
 rule warmup_rollout:
@@ -23,7 +24,9 @@ rule warmup_rollout:
         gpu=GPUS,
     params:
         policy=lambda w: f"{RESULTS}/{w.run}/sft/model/actor",
-        pool=lambda w: f"{RESULTS}/{w.run}/pool/train/tasks",
+        # the pool (its manifest: the tasks in the seeded order), never its tasks/ dir (rank
+        # order: the synthesized and seed tasks first, which the SFT policy never resolves)
+        pool=lambda w: f"{RESULTS}/{w.run}/pool/train",
         out=lambda w: f"{RESULTS}/{w.run}/critic/rollout",
         size=warmup_size,
     shell:
