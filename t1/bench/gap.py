@@ -188,7 +188,7 @@ def _sample(
     """Build (and warm-start) the policy, then sample rollouts with the bf16 local engine."""
     from t1.engine.local import LocalEngine
     from t1.model.policy import build_policy
-    from t1.rollout.collect import collect, expert_batch, load_tasks
+    from t1.rollout.collect import collect, expert_batch, launched_tasks, load_tasks
 
     tasks = load_tasks(args.tasks)
     policy = build_policy(cfg.model, len(tokenizer), seed=cfg.run.seed)
@@ -210,7 +210,7 @@ def _sample(
     engine = LocalEngine(
         copy.deepcopy(policy), dtype=cfg.engine.dtype, max_batch=cfg.engine.max_batch
     )
-    batch_tasks = [tasks[i % len(tasks)] for i in range(args.trajectories)]
+    batch_tasks = launched_tasks(tasks, args.trajectories)
     t0 = time.monotonic()
     batch = collect(
         batch_tasks,

@@ -7,12 +7,12 @@ The critic starts from the SFT policy's backbone with a fresh value head and is 
 train pool once by default, as the paper's one epoch over TMax-15k), rewards binary in the
 outcome and on the run's scale (a resolved trajectory's target is what the run's reward paid it,
 an unresolved one's 0: the paper's binary 1 and its dense reward agree for a resolved task only
-when the task's assertions fill the scale), the policy frozen (not even loaded into the optimizer). Loss: 0.5 * MSE
-between the values and the returns (gamma = lambda = 1: each row's reward) over the loss
-region, token-level mean. Each step logs the value loss and the explained variance of the
-minibatch's values before that step (`critic_warmup_step` events). Writes DIR/critic (the
-critic weights only), DIR/ckpt/ (t1.store.ckpt checkpoints), DIR/DONE.json; resumable (the skeleton:
-t1/train/stage.py).
+when the task's assertions fill the scale), the policy frozen (not even loaded into the
+optimizer). Loss: 0.5 * MSE between the values and the returns (gamma = lambda = 1: each row's
+reward) over the loss region, token-level mean. Each step logs the value loss and the explained
+variance of the minibatch's values before that step (`critic_warmup_step` events). Writes
+DIR/critic (the critic weights only), DIR/ckpt/ (t1.store.ckpt checkpoints), DIR/DONE.json;
+resumable (the skeleton: t1/train/stage.py).
 
 Either `train.backend` (the trainer from t1.train.megatron.plan.build, after the memory check:
 the critic alone). With megatron and train.gpus > 1 it runs under torchrun like the PPO stage
