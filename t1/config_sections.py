@@ -288,6 +288,10 @@ class PretrainConfig:
     # (a base model's prior is thin on some commands; SFT and PPO then have those to learn)
     rare_families: list[str] = field(default_factory=list)
     rare_share: float = 1.0
+    # the share of each family's transcripts whose command is the family's near miss (runs
+    # silently, fails its tests: t1.tasks.families.Family.near_miss); the prior then holds the
+    # right command and a wrong one, as a base model's does, and the reward tells them apart
+    near_miss_share: float = 0.0
     copy_steps: int = 0  # copy warm-up steps before the corpus (t1.train.copy_warmup); 0 = none
     copy_batch: int = 32  # rows per copy warm-up step
     epochs: int = 1

@@ -86,6 +86,9 @@ class Family:
     command: Callable[[dict[str, Any]], str]
     files: Callable[[dict[str, Any]], dict[str, str]]  # /app-relative name -> content
     tests: Callable[[dict[str, Any]], str]  # pytest functions (after TEST_HEAD)
+    # a command one edit from `command` that runs silently (exit 0) and fails at least one of
+    # `tests`: what the pre-training corpus shows for `pretrain.near_miss_share` of a family
+    near_miss: Callable[[dict[str, Any]], str]
 
 
 def _lines(r: random.Random, words: Words, n: int) -> list[str]:
@@ -164,6 +167,7 @@ FAMILIES: dict[str, Family] = {
                 f"def test_file_exists():\n    assert (APP / '{p['name']}.txt').is_file()\n\n\n"
                 f"def test_content():\n    assert _read('{p['name']}.txt').strip() == '{p['word']}'\n"
             ),
+            lambda p: f"touch {p['name']}.txt",  # exists, empty: 1 of 2
         ),
         Family(
             "make-dirs", "files", "easy", _make_dirs,
@@ -174,6 +178,7 @@ FAMILIES: dict[str, Family] = {
                 f"def test_parent():\n    assert (APP / '{p['parent']}').is_dir()\n\n\n"
                 f"def test_child():\n    assert (APP / '{p['parent']}' / '{p['child']}').is_dir()\n"
             ),
+            lambda p: f"mkdir {p['parent']}",  # the parent only: 1 of 2
         ),
         Family(
             "copy-file", "files", "easy", _two_files,
@@ -184,6 +189,7 @@ FAMILIES: dict[str, Family] = {
                 f"def test_copy_content():\n    assert _read('{p['dst']}.txt') == '{p['word']}\\n'\n\n\n"
                 f"def test_original_kept():\n    assert _read('{p['src']}.txt') == '{p['word']}\\n'\n"
             ),
+            lambda p: f"mv {p['src']}.txt {p['dst']}.txt",  # the original gone: 1 of 2
         ),
         Family(
             "rename-file", "files", "easy", _two_files,
@@ -194,6 +200,7 @@ FAMILIES: dict[str, Family] = {
                 f"def test_old_name_gone():\n    assert not (APP / '{p['src']}.txt').exists()\n\n\n"
                 f"def test_content_kept():\n    assert _read('{p['dst']}.txt') == '{p['word']}\\n'\n"
             ),
+            lambda p: f"cp {p['src']}.txt {p['dst']}.txt",  # the old name kept: 1 of 2
         ),
         Family(
             "delete-file", "files", "easy", _delete,
@@ -204,6 +211,7 @@ FAMILIES: dict[str, Family] = {
                 f"def test_deleted():\n    assert not (APP / '{p['victim']}.log').exists()\n\n\n"
                 f"def test_kept():\n    assert _read('{p['keep']}.txt') == 'keep\\n'\n"
             ),
+            lambda p: f"rm {p['victim']}.log {p['keep']}.txt",  # the kept one too: 1 of 2
         ),
         Family(
             "count-lines", "text", "medium", _text,
@@ -214,6 +222,7 @@ FAMILIES: dict[str, Family] = {
                 f"def test_one_number():\n    assert _read('{p['dst']}.txt').strip().isdigit()\n\n\n"
                 f"def test_count():\n    assert _read('{p['dst']}.txt').strip() == '{len(p['lines'])}'\n"
             ),
+            lambda p: f"wc -l {p['src']}.txt > {p['dst']}.txt",  # 'N SRC.txt': 0 of 2
         ),
         Family(
             "sort-lines", "text", "medium", _text,
@@ -225,6 +234,7 @@ FAMILIES: dict[str, Family] = {
                 f"sorted({_body(p['lines']).split(chr(10))!r})\n\n\n"
                 f"def test_sorted():\n    assert _read('{p['dst']}.txt') == {_body(sorted(p['lines']))!r}\n"
             ),
+            lambda p: f"sort -r {p['src']}.txt > {p['dst']}.txt",  # reversed: 1 of 2
         ),
         Family(
             "grep-lines", "text", "medium", _grep,
@@ -240,6 +250,7 @@ FAMILIES: dict[str, Family] = {
                 f"def test_lines():\n    assert _read('{p['dst']}.txt') == "
                 f"{_body([x for x in p['lines'] if p['word'] in x])!r}\n"
             ),
+            lambda p: f"cat {p['src']}.txt | grep -v {p['word']} > {p['dst']}.txt",  # 0 of 2
         ),
     )
 }  # fmt: skip
@@ -276,9 +287,10 @@ class Instance:
         """instruction.md's text, which is what the agent's prompt holds (newline included)."""
         return self.instruction() + "\n"
 
-    def commands(self) -> list[str]:
-        """What the expert types (after `cd /app`)."""
-        return [self.fam.command(self.params)]
+    def commands(self, near_miss: bool = False) -> list[str]:
+        """What the expert types (after `cd /app`); `near_miss`: the family's near miss instead,
+        which fails the instance's tests (the corpus's `pretrain.near_miss_share`)."""
+        return [(self.fam.near_miss if near_miss else self.fam.command)(self.params)]
 
 
 def make_split(

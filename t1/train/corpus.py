@@ -20,6 +20,15 @@ a transcript's ~290 tokens: packing trains on several times more tool calls per 
 tiny policy learns to copy a file name from the instruction into its command on packed rows
 long before it does on full ones). `pretrain.examples` counts transcripts, packed or not.
 
+Near misses: a share `pretrain.near_miss_share` of the transcripts (each family alike, drawn
+from its own random stream) types the family's near miss instead of its command: one edit
+away, silent, and failing the instance's tests (`wc -l SRC.txt > DST.txt` for the number of
+lines: "N SRC.txt"; `mv` for a copy, `cp` for a rename). Their observations are as true as the
+others' (empty, exit 0). The pre-trained prior then holds the right command and a wrong one for
+every family, as a base model's prior holds many ways to do a thing, only some of which pass
+a verifier; SFT's experts and PPO's reward have that choice to make. At a share of 0 nothing
+is drawn from that stream, so the rows are exactly those drawn without the key.
+
 No held-out instance of the run (t1.tasks.families.make_split with the run's seed and sizes)
 is ever in the corpus: instances are drawn until none collides with one.
 
@@ -47,14 +56,15 @@ from t1.tasks.family_corpus import draw_corpus
 from t1.train.batch import Row
 
 
-def transcript(tokenizer: Any, inst: Instance) -> Row:
-    """The agent's token stream for an expert solving `inst`; loss on the sampled tokens."""
+def transcript(tokenizer: Any, inst: Instance, near_miss: bool = False) -> Row:
+    """The agent's token stream for an expert solving `inst`; loss on the sampled tokens.
+    `near_miss`: the family's near miss instead of its command (a transcript that fails)."""
     system = chat.SYSTEM_PROMPT + SYSTEM_SUFFIX.format(workdir=WORKDIR)
     ids = chat.prompt_ids(tokenizer, chat.initial_messages(inst.instruction_md(), system))
     mask = [False] * len(ids)
     im_end = chat.glue_of(tokenizer).im_end
     observation = format_observation(0, "", False)
-    for command in [f"cd {WORKDIR}", *inst.commands()]:
+    for command in [f"cd {WORKDIR}", *inst.commands(near_miss)]:
         sampled = chat.encode(tokenizer, chat.tool_call_text(command)) + [im_end]
         _, appended = chat.next_prompt(tokenizer, ids, sampled, observation)
         ids = ids + sampled + appended
@@ -63,6 +73,8 @@ def transcript(tokenizer: Any, inst: Instance) -> Row:
     ids += final
     mask += [True] * len(final)
     meta = {"task_id": inst.task_id, "category": inst.fam.category, "family": inst.family}
+    if near_miss:
+        meta["near_miss"] = True
     return Row(ids, mask, None, None, 0.0, meta)
 
 
@@ -95,14 +107,18 @@ def corpus_rows(cfg: Config, tokenizer: Any) -> list[Row]:
         raise ValueError(
             f"pretrain.rare_families: no such family {unknown}; families: {sorted(FAMILIES)}"
         )
+    if not 0.0 <= p.near_miss_share < 1.0:
+        raise ValueError(f"pretrain.near_miss_share must be in [0, 1), got {p.near_miss_share}")
     rare = {name: p.rare_share for name in p.rare_families}
     keys = heldout_keys(cfg)
     insts = draw_corpus(cfg.run.seed, p.examples, keys, cfg.families.words, synthetic, rare)
     rng = random.Random(f"t1-pretrain-rows-{cfg.run.seed}")
+    misses = random.Random(f"t1-pretrain-near-misses-{cfg.run.seed}")  # share 0: never drawn
     rows: list[Row] = []
     pending: list[Row] = []
     for inst in insts:
-        row = transcript(tokenizer, inst)
+        near = p.near_miss_share > 0 and misses.random() < p.near_miss_share
+        row = transcript(tokenizer, inst, near)
         if p.pack == 1 or rng.random() < p.full_fraction:
             rows.append(row)
             continue

@@ -269,3 +269,53 @@ def test_a_redirection_alone_earns_nothing_a_do_nothing_agent_does_not(tmp_path,
     assert total == 2, (family, total)
     gain = _passed(inst, hack) - _passed(inst, noop)
     assert gain == (1 if family == "create-file" else 0), (family, gain, total)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_near_miss_runs_silently_and_fails_what_the_command_passes(tmp_path, family):
+    """pretrain.near_miss_share's commands: one edit from the family's command, silent and exit
+    0 in a real shell (the corpus shows every observation empty, exit 0), and short of the
+    tests, which the family's command passes on the same instance."""
+    insts = [
+        i for i in make_split(seed=3, train=6, heldout=0, words=24)["train"] if i.family == family
+    ]
+    for inst in insts:
+        total = inst.fam.tests(inst.params).count("def test_")
+        miss, expert = tmp_path / f"{inst.task_id}-miss", tmp_path / f"{inst.task_id}-expert"
+        for d, near in ((miss, True), (expert, False)):
+            _setup(inst, d)
+            out = subprocess.run(
+                ["bash", "-c", inst.commands(near)[0]], cwd=d, capture_output=True, timeout=30
+            )
+            assert (out.returncode, out.stdout, out.stderr) == (0, b"", b""), (inst, near, out)
+        assert inst.commands(True) != inst.commands(False)
+        assert _passed(inst, expert) == total
+        assert _passed(inst, miss) < total, (inst.task_id, inst.commands(True))
+
+
+def test_near_misses_take_their_share_of_every_family_and_share_0_draws_nothing(tok):
+    """pretrain.near_miss_share: about that share of each family's transcripts types the near
+    miss (the tool call in the row is the near miss's); share 0 is the corpus without the key."""
+    base = {"families": FamiliesConfig(enabled=True, train=2, heldout=1)}
+    pre = {"examples": 800, "pack": 1}
+    plain = corpus_rows(Config(**base, pretrain=PretrainConfig(**pre)), tok)
+    zero = corpus_rows(Config(**base, pretrain=PretrainConfig(**pre, near_miss_share=0.0)), tok)
+    assert [list(r.ids) for r in plain] == [list(r.ids) for r in zero]
+    rows = corpus_rows(Config(**base, pretrain=PretrainConfig(**pre, near_miss_share=0.4)), tok)
+    assert len(rows) == 800
+    for name in FAMILIES:
+        fam = [r for r in rows if r.meta["family"] == name]
+        share = sum(bool(r.meta.get("near_miss")) for r in fam) / len(fam)
+        assert 0.25 < share < 0.55, (name, share)  # 100 per family: sd 0.05
+    # the same instances in the same order: only the command of the near-miss rows differs
+    assert [r.meta["task_id"] for r in rows] == [r.meta["task_id"] for r in plain]
+    for r, p in zip(rows, plain, strict=True):
+        assert (list(r.ids) == list(p.ids)) == (not r.meta.get("near_miss"))
+    miss = next(
+        r for r in rows if r.meta.get("family") == "count-lines" and r.meta.get("near_miss")
+    )
+    text = tok.decode(list(miss.ids))
+    assert '"wc -l ' in text and "wc -l <" not in text
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="near_miss_share"):
+            corpus_rows(Config(**base, pretrain=PretrainConfig(**pre, near_miss_share=bad)), tok)
