@@ -99,3 +99,36 @@ def test_a_shims_call_imports_none_of_the_runners_modules(tmp_path):
     imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if "|" in line}
     assert "os" in imported or "posixpath" in imported  # the listing is there
     assert not imported & {"ctypes", "subprocess", "threading", "socket", "json"}
+
+
+def test_the_pytest_probe_answers_yes_in_bash_and_nothing_else_does():
+    """`python3 -c 'import pytest'` (a script's check before it installs pytest) is answered in
+    the compartment's bash: its `python3 -m pytest` is the harness's whatever the image has.
+    Any other python3 call, and the probe under another tool, still goes to the client."""
+    from t1.verify.script_plan import PROBE
+
+    script = PROBE + (
+        'for call in "python3|-c|import pytest" "python|-c|import pytest" '
+        '"python3.12|-c|import pytest" "python3|-c|import pytest; print(1)" '
+        '"python3|-m|pytest" "uv|-c|import pytest" "python3|-c" '
+        '"python3|-c|import pytest|x"; do\n'
+        "  IFS='|' read -r -a argv <<< \"$call\"\n"
+        '  if _t1_probe "${argv[@]}"; then echo yes; else echo no; fi\n'
+        "done\n"
+    )
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["yes", "yes", "yes", "no", "no", "no", "no", "no"]
+
+
+def test_native_tracebacks_unless_the_script_or_the_tasks_ini_choose_a_style(tmp_path):
+    from t1.verify.script_runner import _default_tb
+
+    ours = tmp_path / "pytest.ini"
+    ours.write_text("[pytest]\n")
+    assert _default_tb(["-q", "/tests/test_a.py"], str(ours)) == ["--tb=native"]
+    assert _default_tb(["--tb", "short"], str(ours)) == []
+    assert _default_tb(["--tb=line", "-q"], str(ours)) == []
+    theirs = tmp_path / "task.ini"
+    theirs.write_text("[pytest]\naddopts = -ra --tb=long\n")
+    assert _default_tb([], str(theirs)) == []
+    assert _default_tb([], str(tmp_path / "missing.ini")) == ["--tb=native"]

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from t1.sandbox.compartment import json_records
 from t1.tasks.model import Task
+from t1.verify.bytecode import harness_bytecode
 from t1.verify.in_shell import TESTS_DIR
 from t1.verify.outcomes import OUTCOMES, PASSING, Assertion, _nodeid_name, outcomes_from
 from t1.verify.pytest_plan import _ini, harness_env, pytest_plan, tail_dirs
@@ -221,8 +222,11 @@ def _score_hardened(task: Task, sandbox, timeout: float | None) -> VerifierResul
             shutil.copytree(src, tests_dir, dirs_exist_ok=True, symlinks=False)
         if task.layout == "v1":
             shutil.copy2(task.verifier.script, tests_dir / "run-tests.sh")
+        pycs = harness_bytecode([HARNESS_SOURCE, *HARNESS_SIBLINGS], HARNESS_INSIDE)
         for f in (HARNESS_SOURCE, *HARNESS_SIBLINGS):
             shutil.copy2(f, harness / f.name)
+            if pycs is not None:  # started as NAME.pyc: no compile per start (t1.verify.bytecode)
+                shutil.copyfile(pycs[f.name], harness / f"{f.stem}.pyc")
         (harness / "pytest.ini").write_text(PYTEST_INI)
         pristine = Pristine.detect()
         env = harness_env(task, getattr(sandbox, "base_env", None))
@@ -235,8 +239,9 @@ def _score_hardened(task: Task, sandbox, timeout: float | None) -> VerifierResul
                 )
             site = prepare_runner(harness, task, tests_dir, pristine, prov, specs,
                                   _ini(tests_dir, HARNESS_INSIDE), tail_dirs(), PROXY,
-                                  HARNESS_INSIDE, TMP_INSIDE, fallback=targets)  # fmt: skip
-            argv = runner_argv(pristine, HARNESS_INSIDE)
+                                  HARNESS_INSIDE, TMP_INSIDE, fallback=targets,
+                                  bytecode=pycs is not None)  # fmt: skip
+            argv = runner_argv(pristine, HARNESS_INSIDE, bytecode=pycs is not None)
         else:
             site = None
             script = "run-tests.sh" if task.layout == "v1" else task.verifier.script.name

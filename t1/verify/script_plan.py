@@ -24,13 +24,28 @@ from t1.verify.in_shell import TESTS_DIR
 
 TOOLS = ("pytest", "py.test", "python", "python3", "uv", "uvx")
 RUNNER = "script_runner.py"
+# `python3 -c 'import pytest'`, the probe of a verifier script that installs pytest when it is
+# missing (t1.tasks.runner's test.sh does, as many real tasks' scripts): in the compartment every
+# `python3 -m pytest` is served by the harness, whatever the image's python has, so the probe
+# answers yes in bash. It spared the run two interpreter starts (the runner's client and the
+# image's python3, which lacks pytest) and the wheelhouse lookup that followed the "no": about a
+# tenth of a verifier run's CPU (LOG.md, 2026-12-06).
+PROBE = (
+    '_t1_probe() { [ $# -eq 3 ] && [ "$2" = -c ] && [ "$3" = \'import pytest\' ] && '
+    'case "$1" in python|python3|python3.*) true ;; *) false ;; esac; }\n'
+)
 
 
 def _inside(harness_inside: str, name: str) -> str:
     return f"{harness_inside}/{name}"
 
 
-def runner_argv(pristine, harness_inside: str) -> list[str]:
+def _entry(name: str, bytecode: bool) -> str:
+    """NAME.py, or its compiled NAME.pyc (t1.verify.bytecode) shipped beside it."""
+    return f"{name[:-3]}.pyc" if bytecode else name
+
+
+def runner_argv(pristine, harness_inside: str, bytecode: bool = False) -> list[str]:
     """The compartment's first process: the runner under the host's python3, by the
     exec-only loader copy."""
     from t1.sandbox.hostview import HOST_VIEW
@@ -40,14 +55,15 @@ def runner_argv(pristine, harness_inside: str) -> list[str]:
         "--library-path",
         ":".join(HOST_VIEW + d for d in pristine.libdirs),
         HOST_VIEW + os.path.realpath("/usr/bin/python3"),
-        "-I", "-S", _inside(harness_inside, RUNNER), "--fd", "{fd}",
+        "-I", "-S", _inside(harness_inside, _entry(RUNNER, bytecode)), "--fd", "{fd}",
         "--config", _inside(harness_inside, "runner.json"),
     ]  # fmt: skip
 
 
 def prepare_runner(harness: Path, task: Task, tests_dir: Path, pristine, prov, specs: list[str],
                    ini: str, tail: list[str], proxy: bool, harness_inside: str,
-                   tmp_inside: str, fallback: list[str] = ()) -> dict[str, Path]:  # fmt: skip
+                   tmp_inside: str, fallback: list[str] = (),
+                   bytecode: bool = False) -> dict[str, Path]:  # fmt: skip
     """Write the runner's files into `harness` (see the module); the sites to bind
     ({name under the harness dir: host dir}): `site` for the host's python3, `site-X.Y` for
     each provisioned interpreter the script asks for."""
@@ -80,7 +96,7 @@ def prepare_runner(harness: Path, task: Task, tests_dir: Path, pristine, prov, s
         "python": host_py,
         "site": _inside(harness_inside, "site"),
         "pythons": pythons,
-        "harness": _inside(harness_inside, "harness.py"),
+        "harness": _inside(harness_inside, _entry("harness.py", bytecode)),
         "tests": TESTS_DIR,
         "ini": ini,
         "tail": tail,
@@ -99,14 +115,15 @@ def prepare_runner(harness: Path, task: Task, tests_dir: Path, pristine, prov, s
             *pristine.argv("/usr/bin/python3"),
             "-I",
             "-S",
-            _inside(harness_inside, RUNNER),
+            _inside(harness_inside, _entry(RUNNER, bytecode)),
             "call",
         ]  # fmt: skip
     )
     fns = "".join(f'{t}() {{ _t1_call {t} "$@"; }}\n' for t in TOOLS)
     (harness / "prelude.sh").write_text(
         "# t1: the script's pytest calls go to the verifier's harness (t1.verify.script_runner)\n"
-        f'_t1_call() {{ {client} "$@"; }}\n{fns}'
+        f"{PROBE}"
+        f'_t1_call() {{ _t1_probe "$@" && return 0; {client} "$@"; }}\n{fns}'
         f"export -f _t1_call {' '.join(TOOLS)}\nunset BASH_ENV\n"
     )
     bin_dir = harness / "bin"

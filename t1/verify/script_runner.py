@@ -299,7 +299,8 @@ class Runner:
         argv = [*cfg["prefix"], py, "-I", "-S", cfg["harness"], "--fd", str(w_fd),
                 "--site", site, "--trust", cfg["tests"],
                 *[x for d in tail for x in ("--tail-path", d)],
-                *([] if cfg.get("proxy", True) else ["--no-proxy"]), "--", *args,
+                *([] if cfg.get("proxy", True) else ["--no-proxy"]), "--",
+                *_default_tb(args, cfg["ini"]), *args,
                 "-c", cfg["ini"], "--rootdir", cfg["tests"], "--confcutdir", cfg["tests"],
                 "-p", "no:cacheprovider", "-rA"]  # fmt: skip
         env = {k: v for k, v in req.get("env", {}).items()
@@ -331,6 +332,22 @@ class Runner:
         if buf:
             self.emit({"run": k, "line": buf.decode("utf-8", "replace")})
         return proc.wait()
+
+
+def _default_tb(args: list[str], ini: str) -> list[str]:
+    """`--tb=native` unless the script or the task's ini chooses a traceback style: pytest's
+    default style parses each failing test's source (an AST walk per traceback entry), a third of
+    a harness run whose tests fail, as every test does in a no-op check; native tracebacks carry
+    the same lines. Only the printed report changes, never an outcome."""
+    if any(a == "--tb" or a.startswith("--tb=") for a in args):
+        return []
+    try:
+        with open(ini, encoding="utf-8", errors="replace") as fh:
+            if "--tb" in fh.read():
+                return []
+    except OSError:
+        pass
+    return ["--tb=native"]
 
 
 def pytest_args(args: list[str], cwd: str, tests: str) -> tuple[list[str] | None, list[str]]:

@@ -262,7 +262,11 @@ def test_score_in_sandbox_runs_an_apptainer_sandbox_in_its_compartment(tmp_path)
     assert entry[0] == f"{HARNESS_INSIDE}/ld.so" and entry[-4:] == [
         "--fd", str(fd), "--config", f"{HARNESS_INSIDE}/runner.json",
     ]  # fmt: skip
-    assert f"{HARNESS_INSIDE}/script_runner.py" in entry
+    # the runner starts from its bytecode, compiled on the host for the host's python3
+    # (t1.verify.bytecode), shipped beside its source
+    assert f"{HARNESS_INSIDE}/script_runner.pyc" in entry
+    assert (vdir / "harness" / "script_runner.pyc").is_file()
+    assert (vdir / "harness" / "script_runner.py").is_file()
     cfg = json.loads((vdir / "harness" / "runner.json").read_text())
     assert cfg["script"] == "/tests/test.sh" and cfg["proxy"] is True
     envs = [a[i + 1] for i, x in enumerate(a) if x == "--env"]  # the harness's env only

@@ -108,6 +108,8 @@ rule audit_tasks:
         "t1 audit {params.tasks} --config {input.cfg} --out {params.out} &> {log}"
 
 
+# One task more in flight than the job's cores: a task waits on its sandbox's shell between its
+# CPU-bound steps, and with --jobs = cores the two cores were busy 85% of the time (LOG.md, 2026-12-06)
 rule validate_tasks:
     input:
         unpack(split_inputs),
@@ -125,7 +127,7 @@ rule validate_tasks:
     params:
         dirs=split_dirs,
     shell:
-        "t1 oracle {params.dirs} --config {input.cfg} --jobs {threads} --json {output} &> {log}"
+        "t1 oracle {params.dirs} --config {input.cfg} --jobs $(( {threads} + 1 )) --json {output} &> {log}"
 
 
 # the no-op score of every task (assertions that pass with no agent action): the pool records
@@ -147,7 +149,7 @@ rule noop_tasks:
     params:
         dirs=split_dirs,
     shell:
-        "t1 oracle {params.dirs} --agent noop --config {input.cfg} --jobs {threads} --json {output} &> {log}"
+        "t1 oracle {params.dirs} --agent noop --config {input.cfg} --jobs $(( {threads} + 1 )) --json {output} &> {log}"
 
 
 rule pool:
