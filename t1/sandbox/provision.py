@@ -130,11 +130,19 @@ class Provision:
 def locate(path: Path | None = None) -> Provision | None:
     """The provision cache at `path` (default: $T1_PROVISION or ~/.cache/t1/provision)."""
     root = Path(path) if path is not None else default_dir()
+    manifest = root / "MANIFEST.json"
     try:
-        ok = json.loads((root / "MANIFEST.json").read_text()).get("status") == "complete"
+        st = manifest.stat()
+        key = (str(manifest), st.st_mtime_ns, st.st_size)
+        ok = _COMPLETE.get(key)
+        if ok is None:  # read once per version: every sandbox and verifier run asks
+            ok = _COMPLETE[key] = json.loads(manifest.read_text()).get("status") == "complete"
     except (OSError, json.JSONDecodeError):
         ok = False
     return Provision(root.resolve()) if ok else None
+
+
+_COMPLETE: dict[tuple[str, int, int], bool] = {}
 
 
 def missing_note(path: Path | None = None) -> str:

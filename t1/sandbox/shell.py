@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from t1.sandbox.base import ExecResult, SandboxError
-from t1.store.lock import default_terminal_signals
+from t1.store.lock import terminal_signals_reset
 
 RS = b"\x1e"
 SENTINEL_MAX = 128  # longest sentinel, bytes; a partial one may hide in this many tail bytes
@@ -198,7 +198,7 @@ class PtyShell:
                 env=env,
                 close_fds=True,
                 start_new_session=self.new_session,
-                preexec_fn=default_terminal_signals,  # t1.store.lock
+                preexec_fn=terminal_signals_reset(),  # t1.store.lock
             )
         finally:
             os.close(slave)

@@ -74,6 +74,18 @@ def default_terminal_signals() -> None:
         _libc.signal(int(sig), None)  # SIG_DFL is the null handler
 
 
+def terminal_signals_reset():
+    """The preexec_fn a sandbox shell needs: default_terminal_signals while this process ignores
+    a TERMINAL_SIGNAL (or cannot tell), else None. A handled signal is reset by the exec itself;
+    only an ignored one survives it. And any preexec_fn makes subprocess fork where it would
+    vfork: ~20 ms of wall and CPU per start from the engine's ~0.5 GB process against 0.5 ms
+    (one sandbox per trajectory; LOG.md, 2026-12-06)."""
+    for sig in TERMINAL_SIGNALS:
+        if signal.getsignal(sig) in (signal.SIG_IGN, None):
+            return default_terminal_signals
+    return None
+
+
 def proc_start(pid: int) -> int | None:
     """The start time of `pid` in clock ticks since boot (/proc/PID/stat field 22), or None."""
     try:

@@ -9,6 +9,7 @@ Pure reading of the task; t1.verify.hardened builds the harness's argv from it.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -27,8 +28,6 @@ def pytest_plan(task: Task) -> tuple[list[str], list[str]] | None:
     verifier is run as its script (its reward file is the outcome). Targets are the script's
     arguments that name files or dirs under /tests ($TEST_DIR too); none named = /tests.
     """
-    from t1.sandbox.needs import script_needs
-
     tests = task.verifier.tests_dir
     script = task.verifier.script
     text = script.read_text(errors="replace") if script is not None and script.is_file() else ""
@@ -46,10 +45,20 @@ def pytest_plan(task: Task) -> tuple[list[str], list[str]] | None:
             path = word.split("::", 1)[0]
             if (tests / path[len(TESTS_DIR) + 1 :]).exists() and word not in targets:
                 targets.append(word)
-    specs = [s for s in script_needs(text).pip_specs() if not s.startswith(("-", "."))]
+    specs = [s for s in script_pip_and_pythons(text)[0] if not s.startswith(("-", "."))]
     if not any(re.match(r"pytest\b(?![-_])", s) for s in specs):
         specs.append("pytest")
     return targets or [TESTS_DIR], specs
+
+
+@functools.lru_cache(maxsize=256)
+def script_pip_and_pythons(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(pip specs, Python versions) a verifier script asks for (t1.sandbox.needs), parsed once
+    per script text: the shell parse took ~3 ms, twice per verifier run."""
+    from t1.sandbox.needs import script_needs
+
+    needs = script_needs(text)
+    return tuple(needs.pip_specs()), tuple(needs.python_versions())
 
 
 def _ini(tests_dir: Path, harness_inside: str) -> str:

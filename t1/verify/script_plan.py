@@ -68,8 +68,8 @@ def prepare_runner(harness: Path, task: Task, tests_dir: Path, pristine, prov, s
     ({name under the harness dir: host dir}): `site` for the host's python3, `site-X.Y` for
     each provisioned interpreter the script asks for."""
     from t1.sandbox.hostview import HOST_VIEW, harness_site
-    from t1.sandbox.needs import script_needs
     from t1.sandbox.provision import INSIDE, image_python_dir
+    from t1.verify.pytest_plan import script_pip_and_pythons
 
     loader = harness / "ld.so"
     shutil.copyfile(pristine.loader, loader)
@@ -80,7 +80,7 @@ def prepare_runner(harness: Path, task: Task, tests_dir: Path, pristine, prov, s
     pythons = {}
     script = task.verifier.script
     text = script.read_text(errors="replace") if script is not None and script.is_file() else ""
-    for ver in script_needs(text).python_versions():
+    for ver in script_pip_and_pythons(text)[1]:
         tree = image_python_dir(prov.root, ver)
         if tree is None:
             continue

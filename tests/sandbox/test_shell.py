@@ -201,6 +201,47 @@ def test_a_campaign_started_in_the_background_gives_the_agent_the_same_terminal(
         _kill_shell(sh)
 
 
+def test_a_campaign_in_the_foreground_starts_shells_without_a_fork_and_the_same_terminal(
+    tmp_path, monkeypatch
+):
+    """Signals this process handles are reset by the exec: no preexec_fn, so subprocess starts
+    the shell by vfork (a fork of the engine's process cost ~20 ms per sandbox); the shell's
+    terminal is the one a background campaign's gets (the test above)."""
+    import signal
+    import subprocess
+
+    from t1.store.lock import default_terminal_signals, terminal_signals_reset
+
+    old = {s: signal.signal(s, signal.default_int_handler) for s in (signal.SIGINT, signal.SIGQUIT)}
+    try:
+        assert terminal_signals_reset() is None
+        signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+        assert terminal_signals_reset() is default_terminal_signals
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+        seen = []
+        real = subprocess.Popen
+
+        def popen(*a, **kw):
+            seen.append(kw.get("preexec_fn"))
+            return real(*a, **kw)
+
+        monkeypatch.setattr(subprocess, "Popen", popen)
+        sh = _new_shell(tmp_path)
+        sh.start(timeout=20)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    try:
+        assert seen == [None]
+        ignored = int(sh.exec("grep SigIgn /proc/self/status").output.split()[-1], 16)
+        assert not ignored & (1 << (signal.SIGINT - 1) | 1 << (signal.SIGQUIT - 1)), hex(ignored)
+        sh.exec("trap '' INT")
+        r = sh.exec("echo looping; while :; do :; done", timeout=1.0)
+        assert "looping" in r.output and "restarted" in r.output, r.output
+    finally:
+        _kill_shell(sh)
+
+
 def test_exit_restarts_the_shell(shell):
     r = shell.exec("exit 3")
     assert r.exit_code == 3 and "restarted" in r.output
