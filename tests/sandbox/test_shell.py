@@ -177,6 +177,18 @@ def test_a_shell_that_exits_on_ctrl_c_says_it_was_restarted(shell, body):
     assert shell.exec('echo "[$X]"').output == "[]\n"
 
 
+def _assert_terminal_signals_at_default(sh) -> None:
+    """The shell ignores neither SIGINT nor SIGQUIT; a command that traps ^C away still ends at
+    its timeout (the shell restarts)."""
+    import signal
+
+    ignored = int(sh.exec("grep SigIgn /proc/self/status").output.split()[-1], 16)
+    assert not ignored & (1 << (signal.SIGINT - 1) | 1 << (signal.SIGQUIT - 1)), hex(ignored)
+    sh.exec("trap '' INT")
+    r = sh.exec("echo looping; while :; do :; done", timeout=1.0)
+    assert "looping" in r.output and "restarted" in r.output, r.output
+
+
 def test_a_campaign_started_in_the_background_gives_the_agent_the_same_terminal(tmp_path):
     """`cmd &` in a script starts cmd with SIGINT and SIGQUIT ignored, and everything below it
     inherited that: bash ignored `trap ... INT` and the agent's commands ignored a timeout's ^C.
@@ -192,11 +204,7 @@ def test_a_campaign_started_in_the_background_gives_the_agent_the_same_terminal(
         for s, h in old.items():
             signal.signal(s, h)
     try:
-        ignored = int(sh.exec("grep SigIgn /proc/self/status").output.split()[-1], 16)
-        assert not ignored & (1 << (signal.SIGINT - 1) | 1 << (signal.SIGQUIT - 1)), hex(ignored)
-        sh.exec("trap '' INT")
-        r = sh.exec("echo looping; while :; do :; done", timeout=1.0)
-        assert "looping" in r.output and "restarted" in r.output, r.output
+        _assert_terminal_signals_at_default(sh)
     finally:
         _kill_shell(sh)
 
@@ -233,11 +241,7 @@ def test_a_campaign_in_the_foreground_starts_shells_without_a_fork_and_the_same_
             signal.signal(s, h)
     try:
         assert seen == [None]
-        ignored = int(sh.exec("grep SigIgn /proc/self/status").output.split()[-1], 16)
-        assert not ignored & (1 << (signal.SIGINT - 1) | 1 << (signal.SIGQUIT - 1)), hex(ignored)
-        sh.exec("trap '' INT")
-        r = sh.exec("echo looping; while :; do :; done", timeout=1.0)
-        assert "looping" in r.output and "restarted" in r.output, r.output
+        _assert_terminal_signals_at_default(sh)
     finally:
         _kill_shell(sh)
 
