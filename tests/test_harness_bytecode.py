@@ -1,6 +1,7 @@
 """The compartment's Python files compiled once per host (t1.verify.bytecode)."""
 
 import marshal
+import shutil
 import subprocess
 
 from t1.verify import bytecode
@@ -61,3 +62,15 @@ def test_the_harness_loads_its_siblings_compiled_when_they_are_shipped(tmp_path)
     r = subprocess.run(["/usr/bin/python3", "-I", "-S", "-c", probe], capture_output=True,
                        text=True)  # fmt: skip
     assert r.stdout.split() == ["True", "True"], r.stderr
+
+
+def test_a_cache_removed_under_a_running_process_is_built_again(tmp_path):
+    """Each verifier run asks; the answer is kept per process by the files' stat, but a cache
+    someone cleaned meanwhile is rebuilt rather than handed out missing."""
+    src = tmp_path / "mod.py"
+    src.write_text("X = 1\n")
+    cache = tmp_path / "cache"
+    pyc = bytecode.harness_bytecode([src], INSIDE, cache=cache)["mod.py"]
+    shutil.rmtree(cache)
+    assert bytecode.harness_bytecode([src], INSIDE, cache=cache)["mod.py"] == pyc
+    assert pyc.is_file()

@@ -34,7 +34,7 @@ _COMPILE = (
     "    py_compile.compile(src, cfile=f'{out}/{name[:-3]}.pyc', dfile=f'{inside}/{name}',\n"
     "        doraise=True, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)\n"
 )
-_built: dict[str, dict[str, Path] | None] = {}  # per process: key -> pycs
+_built: dict[tuple, dict[str, Path] | None] = {}  # per process: sources' stat -> pycs
 
 
 def harness_bytecode(sources: list[Path], inside: str, python: str = "/usr/bin/python3",
@@ -42,7 +42,11 @@ def harness_bytecode(sources: list[Path], inside: str, python: str = "/usr/bin/p
     """{source file name: its .pyc} for `sources` as the host's `python` compiles them, with
     `inside` as their directory in the compartment; None if that cannot be built."""
     py = os.path.realpath(python)
-    try:
+    try:  # in this process: known by the files' stat, read and hashed once (a hot path)
+        seen = (inside, str(cache), *(_signature(p) for p in (py, *sources)))
+        pycs = _built.get(seen, False)
+        if pycs is None or (pycs and all(p.is_file() for p in pycs.values())):
+            return pycs  # a failed build is not retried; a removed cache is rebuilt
         st = os.stat(py)
         h = hashlib.sha256(f"{py}\0{st.st_size}\0{st.st_mtime_ns}\0{inside}".encode())
         for src in sources:
@@ -50,8 +54,6 @@ def harness_bytecode(sources: list[Path], inside: str, python: str = "/usr/bin/p
     except OSError:
         return None
     key = h.hexdigest()[:16]
-    if key in _built:
-        return _built[key]
     out = Path(cache or CACHE) / key
     pycs = {s.name: out / f"{s.stem}.pyc" for s in sources}
     if not all(p.is_file() for p in pycs.values()):
@@ -72,5 +74,10 @@ def harness_bytecode(sources: list[Path], inside: str, python: str = "/usr/bin/p
             shutil.rmtree(tmp, ignore_errors=True)
         if pycs is not None and not all(p.is_file() for p in pycs.values()):
             pycs = None
-    _built[key] = pycs
+    _built[seen] = pycs
     return pycs
+
+
+def _signature(path: str | Path) -> tuple:
+    st = os.stat(path)
+    return (str(path), st.st_ino, st.st_size, st.st_mtime_ns)

@@ -11,9 +11,7 @@ what `tampered` defends); the shell path (t1.verify.in_shell) and the hardened o
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from t1.tasks.model import Task
 from t1.verify.outcomes import Assertion
@@ -50,38 +48,17 @@ class VerifierResult:
 
 
 def recorded_names(task: Task) -> list[str] | None:
-    """The assertion names the task's pool recorded from its reference run (None: not recorded)."""
-    from t1.verify.reward import pool_of
+    """The assertion names the task's pool recorded from its reference run (None: not recorded).
+    From the pool's records, read once per manifest version (t1.verify.reward.pool_records): a
+    verifier run of a pool task read and resolved the whole manifest, ~11 ms for the tiny
+    campaign's 422-task eval pool, every run."""
+    from t1.verify.reward import RewardError, task_record
 
-    pool = pool_of(task.path)
-    if pool is None:
-        return None
-    names = _pool_names(pool / "manifest.json").get(Path(task.path).resolve())
-    return list(names) if isinstance(names, list) else None
-
-
-_NAMES: dict[Path, tuple[int, int, dict[Path, object]]] = {}
-
-
-def _pool_names(manifest: Path) -> dict[Path, object]:
-    """Task directory (resolved) -> its recorded assertion names, read once per version of the
-    manifest (a verifier run of a pool task read and resolved the whole manifest: ~11 ms for the
-    tiny campaign's 422-task eval pool, every run)."""
     try:
-        st = manifest.stat()
-        cached = _NAMES.get(manifest)
-        if cached is not None and cached[:2] == (st.st_mtime_ns, st.st_size):
-            return cached[2]
-        data = json.loads(manifest.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    out = {
-        (manifest.parent / t["path"]).resolve(): t.get("assertion_names")
-        for t in data.get("tasks", [])
-        if isinstance(t, dict) and "path" in t
-    }
-    _NAMES[manifest] = (st.st_mtime_ns, st.st_size, out)
-    return out
+        rec = task_record(task.path)
+    except RewardError:
+        return None
+    return None if rec is None or rec.assertion_names is None else list(rec.assertion_names)
 
 
 def check_against(result: VerifierResult, expected: list[str] | None) -> VerifierResult:

@@ -189,12 +189,14 @@ def _has_reward(manifest: Path) -> bool:
 
 @dataclass(frozen=True)
 class TaskRecord:
-    """What a pool measured of one task: its assertion count and its no-op outcome (None when
-    the pool was built without a no-op run)."""
+    """What a pool measured of one task: its assertion count, its no-op outcome (None when
+    the pool was built without a no-op run) and the assertion names of its reference run (None
+    when not recorded; t1.verify.result.recorded_names)."""
 
     assertions: int
     noop_passed: int | None = None
     noop_total: int | None = None
+    assertion_names: tuple[str, ...] | None = None
 
 
 _POOLS: dict[Path, tuple[int, dict[Path, TaskRecord]]] = {}
@@ -224,9 +226,11 @@ def _records(pool: Path, path: Path, data: dict) -> dict[Path, TaskRecord]:
         d = Path(t["path"])
         d = (d if d.is_absolute() else Path(pool) / d).resolve()
         noop = (t.get("noop_passed"), t.get("noop_total"))
+        names = t.get("assertion_names")
         out[d] = TaskRecord(
             int(t.get("assertions") or 0),
             *((int(noop[0]), int(noop[1])) if None not in noop else (None, None)),
+            tuple(names) if isinstance(names, list) else None,
         )
     return out
 
