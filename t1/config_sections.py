@@ -22,7 +22,8 @@ class RunConfig:
     name: str = "tiny"
     seed: int = 0
     results_dir: str = "results"
-    # Deterministic mode: seeded sampling, over-sampling admits in launch order, fixed threads,
+    # Deterministic mode: seeded sampling, over-sampling admits by the trajectories' virtual
+    # clocks (t1.rollout.oversample: what each did, never the wall clock), fixed threads,
     # batch-invariant decoding (the local engine's lean path batches with fixed-shape tiles,
     # t1/engine/lean.py; its HF path, for models the lean path lacks, one request at a time).
     deterministic: bool = False
@@ -186,6 +187,15 @@ class RolloutConfig:
     # a task dropped or failed this many steps in a row goes back to the pool's normal order
     max_carry: int = 3
     workers: int = 2
+    # under run.deterministic, which `admit` of the `launch` are "the first to complete"
+    # (t1.rollout.oversample): clock = by the trajectories' virtual clocks (what each did: the
+    # tail is cut, reproducibly); launch = the lowest launch indices (the step waits for the
+    # slowest of them, the rest are cancelled unused). Without run.deterministic: the wall clock
+    admission: str = "clock"
+
+    def __post_init__(self) -> None:
+        if self.admission not in ("clock", "launch"):
+            raise ValueError(f"admission must be clock | launch, got {self.admission!r}")
 
 
 @dataclass(frozen=True)
@@ -430,3 +440,11 @@ class Config:
     campaign: CampaignConfig = field(default_factory=CampaignConfig)
     synth: SynthConfig = field(default_factory=SynthConfig)
     ablations: AblationsConfig = field(default_factory=AblationsConfig)
+
+    def __post_init__(self) -> None:
+        if self.rollout.admission == "launch" and not self.run.deterministic:
+            raise ValueError(
+                "rollout.admission: launch orders admission under run.deterministic only "
+                "(without it the wall clock admits); set run.deterministic: true or "
+                "rollout.admission: clock"
+            )

@@ -21,7 +21,7 @@ from shared_fixtures import requires_bwrap
 
 from t1.agent import chat
 from t1.agent.expert import ScriptedEngine
-from t1.agent.loop import AgentOptions, run_agent, system_prompt_for
+from t1.agent.loop import TOKENS_PER_S, TURN_COST, AgentOptions, run_agent, system_prompt_for
 from t1.agent.tokenizer_train import bpe_tokenizer
 from t1.agent.trajectory import Status
 from t1.config import AgentConfig, Config
@@ -175,6 +175,31 @@ def test_malformed_tool_call_gets_error_observation_and_loop_goes_on(task, tok):
     assert "sales.csv" in traj.turns[1].observation and "[exit code 0]" in traj.turns[1].observation
     assert traj.reward is not None
     assert assemble(traj.turns, tok).audit.drift_tokens == 0
+
+
+def test_the_virtual_clock_is_charged_what_the_trajectory_did(task, tok):
+    """Each sampled token 1, each command run TURN_COST, a command that timed out its timeout in
+    token units; a malformed call and the final answer only their tokens."""
+    texts = [
+        '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"</tool_call>',
+        chat.tool_call_text("true"),
+        chat.tool_call_text("sleep 30"),
+        "Done.",
+    ]
+    cancel = CancelToken()
+    traj = _run(
+        task,
+        _TextScript(tok, texts),
+        tok,
+        AgentConfig(max_turns=5, command_timeout_s=1.0),
+        SamplingParams(),
+        cancel=cancel,
+        options=AgentOptions(require_routing=False),
+    )
+    assert traj.status == Status.COMPLETED and len(traj.turns) == 4
+    assert "timed out" in traj.turns[2].observation or "124" in traj.turns[2].observation
+    sampled = sum(len(t.sampled_ids) for t in traj.turns)
+    assert cancel.clock == sampled + 2 * TURN_COST + 1.0 * TOKENS_PER_S
 
 
 def test_cancel_during_generation_aborts_the_engine_request(task, tok, random_engine):

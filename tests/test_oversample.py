@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 
 import pytest
 
-from t1.rollout.oversample import BatchPlanner, oversample
+from t1.rollout.oversample import BatchPlanner, CancelToken, oversample
 
 
 def _runner(durations, log):
@@ -37,13 +38,129 @@ def test_admits_first_k_by_completion_and_cancels_tail():
     assert {x for _, x in log} == {"a", "d"}
 
 
-def test_deterministic_admits_in_launch_order():
+def test_deterministic_admits_in_launch_order_when_no_run_ticks():
     durations = {"a": 0.3, "b": 0.02, "c": 0.02, "d": 0.02}
     res = oversample(
         list(durations), _runner(durations, []), admit=2, workers=4, deterministic=True
     )
     assert [i for i, _ in res.admitted] == [0, 1]
     assert [d.item for d in res.dropped] == ["c", "d"]
+
+
+def _clocked(costs, sleeps, log=None):
+    """A run of item k: one turn per cost in costs[k] (its clock ticks by it), each turn
+    taking sleeps[k] wall seconds; it polls its cancel flag between turns."""
+
+    def run(item, cancel):
+        done = 0
+        for cost in costs[item]:
+            if cancel.is_set():
+                if log is not None:
+                    log.append(item)
+                return {"item": item, "turns": done, "cancelled": True}
+            time.sleep(sleeps[item])
+            cancel.tick(cost)
+            done += 1
+        return {"item": item, "turns": done, "cancelled": False}
+
+    return run
+
+
+# virtual completion times: a 45, b 100, c 40, d 600 (six turns), e 45, f 300
+COSTS = {
+    "a": [20, 25],
+    "b": [50, 50],
+    "c": [40],
+    "d": [100] * 6,
+    "e": [45],
+    "f": [150, 150],
+}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_deterministic_admits_the_first_k_on_the_virtual_clock_whatever_the_timing(seed):
+    """Each run's turns take random wall times; the admitted set is the K smallest virtual
+    completion times (ties by launch index) every time, in launch order, and a run whose clock
+    passes the K-th is cancelled there, before its last turn."""
+    r = random.Random(seed)
+    sleeps = {k: r.uniform(0.0, 0.03) for k in COSTS}
+    sleeps["d"] = 0.05  # six turns: 0.3 s on the wall, if it were let run
+    log: list = []
+    res = oversample(list(COSTS), _clocked(COSTS, sleeps, log), admit=3, workers=3,
+                     deterministic=True)  # fmt: skip
+    assert [(i, v["item"]) for i, v in res.admitted] == [(0, "a"), (2, "c"), (4, "e")]
+    dropped = {d.item: d for d in res.dropped}
+    assert set(dropped) == {"b", "d", "f"} and all(
+        x.reason == "truncated-tail" for x in dropped.values()
+    )
+    # d's clock passes 45 (the third smallest) at its first turn: it never runs six
+    assert dropped["d"].progress["cancelled"] and dropped["d"].progress["turns"] < 6
+    assert "d" in log
+
+
+def test_completion_order_is_what_deterministic_mode_replaces():
+    """Negative control: the same runs admitted by wall-clock completion (deterministic off)
+    take the fast expensive run and leave a slow cheap one: the admitted set follows the
+    machine's timing, not the trajectories."""
+    sleeps = {"a": 0.15, "b": 0.0, "c": 0.0, "d": 0.0, "e": 0.0, "f": 0.0}
+    res = oversample(list(COSTS), _clocked(COSTS, sleeps), admit=3, workers=6)
+    admitted = {v["item"] for _, v in res.admitted}
+    assert "a" not in admitted  # a is among the 3 cheapest, but the slowest on the wall
+    res = oversample(list(COSTS), _clocked(COSTS, sleeps), admit=3, workers=6, deterministic=True)
+    assert {v["item"] for _, v in res.admitted} == {"a", "c", "e"}
+
+
+def test_launch_admission_ignores_the_clocks():
+    """rollout.admission: launch - the K lowest launch indices, whatever the runs' clocks."""
+    sleeps = dict.fromkeys(COSTS, 0.0)
+    res = oversample(list(COSTS), _clocked(COSTS, sleeps), admit=3, workers=6,
+                     deterministic=True, clock=False)  # fmt: skip
+    assert [i for i, _ in res.admitted] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("admission,clock", [("clock", True), ("launch", False)])
+def test_the_rollout_passes_its_admission_to_the_over_sampler(monkeypatch, admission, clock):
+    from t1.config import Config, RolloutConfig, RunConfig
+    from t1.rollout import collect as collect_mod
+    from t1.rollout.oversample import OversampleResult
+    from t1.verify.reward import RewardSpec
+
+    seen = {}
+
+    def fake(items, run_one, **kw):
+        seen.update(kw)
+        return OversampleResult(launched=len(items))
+
+    monkeypatch.setattr(collect_mod, "oversample", fake)
+    cfg = Config(run=RunConfig(deterministic=True), rollout=RolloutConfig(admission=admission))
+    collect_mod.collect(
+        [object()], None, None, cfg, progress=False, reward=RewardSpec("dense", 1.0)
+    )
+    assert seen["deterministic"] is True and seen["clock"] is clock
+
+
+def test_admission_is_checked(tmp_path):
+    from t1.config import ConfigError, load_config
+
+    bad = tmp_path / "c.yaml"
+    bad.write_text("rollout:\n  admission: wall\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: rollout: admission must be clock \| launch"):
+        load_config(bad)
+    bad.write_text("run:\n  deterministic: false\nrollout:\n  admission: launch\n")
+    with pytest.raises(ConfigError, match="under run.deterministic only.*rollout.admission: clock"):
+        load_config(bad)
+    bad.write_text("run:\n  deterministic: true\nrollout:\n  admission: launch\n")
+    assert load_config(bad).rollout.admission == "launch"
+
+
+def test_a_run_started_again_is_charged_from_zero():
+    token = CancelToken()
+    token.tick(30)
+    token.restart_clock()
+    token.tick(5)
+    assert token.clock == 5
+    with pytest.raises(ValueError, match="only moves forward"):
+        token.tick(-1)
 
 
 def test_failed_run_is_dropped_with_reason_not_admitted():

@@ -20,6 +20,12 @@ reference. Cancellation (the
 over-sampling tail) aborts the running generation and returns ABORTED with the turns so far
 (and skips the verifier); a missing routing capture aborts too (never silently dropped or
 padded).
+
+Virtual clock: a `cancel` token with a `tick` method (t1.rollout.oversample.CancelToken) is
+charged what the trajectory does, in sampled-token units: each sampled token 1, each command run
+TURN_COST more, a command that ran into its timeout `command_timeout_s` x TOKENS_PER_S more.
+Deterministic over-sampling admits by that clock: it depends on the trajectory alone, never on
+the machine's load.
 """
 
 from __future__ import annotations
@@ -41,6 +47,18 @@ from t1.verify.reward import RewardSpec
 from t1.verify.verifier import VERIFIER_TRIES, score_retrying
 
 CUT_MARK = "\n[... {n} tokens of output cut ...]\n"
+
+# The virtual clock's prices (module docstring), fitted to the agent's wall seconds of 806
+# tiny-config trajectories (PPO rollouts and an evaluation, 8 workers on 2 cores): 0.0045 s per
+# sampled token and 0.20 s per turn (LOG.md, 2026-12-06). Only the order they give matters.
+TURN_COST = 45.0
+TOKENS_PER_S = 220.0
+
+
+def _tick(cancel, cost: float) -> None:
+    tick = getattr(cancel, "tick", None)
+    if tick is not None:
+        tick(cost)
 
 
 @dataclass(frozen=True)
@@ -179,6 +197,7 @@ def run_agent(
                 finish_reason=res.finish_reason,
             )
             turns.append(turn)
+            _tick(cancel, len(res.output_ids))
             if res.finish_reason == "abort":
                 status, reason = Status.ABORTED, "cancelled during generation (over-sampling tail)"
                 break
@@ -204,6 +223,9 @@ def run_agent(
                 )
                 r = sandbox.exec(call.command, timeout=budget)
                 observation = format_observation(r.exit_code, r.output, r.timed_out)
+                _tick(
+                    cancel, TURN_COST + (cfg.command_timeout_s * TOKENS_PER_S if r.timed_out else 0)
+                )
             observation = cap_observation(tokenizer, observation, cfg.observation_cap_tokens)
             nxt, appended = chat.next_prompt(tokenizer, prompt, res.output_ids, observation)
             turn.appended_ids = np.asarray(appended, dtype=np.int32)

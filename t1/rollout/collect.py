@@ -7,7 +7,8 @@
 Each trajectory runs in a fresh sandbox of its task (t1.tasks.env.open_task_sandbox): the agent
 loop (t1.agent.loop) samples turns from the engine and runs their tool calls; the task's verifier
 then runs in the same sandbox and the reward is attached. Over-sampling (t1.rollout.oversample)
-launches `rollout.launch` trajectories and admits the first `rollout.admit` to complete; the
+launches `rollout.launch` trajectories and admits the first `rollout.admit` to complete (under
+`run.deterministic`, to complete on the trajectories' virtual clocks: t1.rollout.oversample); the
 dropped tail is recorded (task ids and paths, turns so far). `collect()` is the library entry
 point the PPO stage calls each step.
 
@@ -47,7 +48,7 @@ from t1.config import Config, load_config
 from t1.engine.base import Engine, SamplingParams
 from t1.progress import Progress
 from t1.records import write_json_atomic
-from t1.rollout.oversample import oversample
+from t1.rollout.oversample import CancelToken, oversample
 from t1.tasks.load import find_tasks, load_task
 from t1.tasks.model import Task
 from t1.verify.reward import (
@@ -248,14 +249,17 @@ def collect(
     bar = Progress(len(tasks), label) if progress else None
     t0 = time.monotonic()
 
-    def one(indexed: tuple[int, Task], cancel: threading.Event) -> Trajectory:
+    def one(indexed: tuple[int, Task], cancel: CancelToken) -> Trajectory:
         i, task = indexed
         s = None if base_seed is None else base_seed * 100_003 + i
+
         # on a fleet, a trajectory whose replica died is run again from scratch (t1.engine.fleet)
         # (run_one assembles each trajectory before admission: t1.tito.assemble_or_abort)
-        return run_resampled(
-            engine, lambda: run_one(task, engine, tokenizer, cfg, s, cancel, reward=reward)
-        )
+        def attempt() -> Trajectory:
+            cancel.restart_clock()  # a trajectory run again from scratch is charged from 0
+            return run_one(task, engine, tokenizer, cfg, s, cancel, reward=reward)
+
+        return run_resampled(engine, attempt)
 
     res = oversample(
         list(enumerate(tasks)),
@@ -263,6 +267,7 @@ def collect(
         admit=admit,
         workers=cfg.rollout.workers,
         deterministic=deterministic,
+        clock=cfg.rollout.admission == "clock",
         on_done=((lambda *_: bar.advance()) if bar else None),
         # A FAILED or ABORTED trajectory did not "complete": it must not take an admission
         # slot from one that did (it is recorded among the dropped with its reason).

@@ -7,15 +7,30 @@ front of the next batch (`BatchPlanner`) - but only `max_carry` times in a row: 
 (or failed) in that many consecutive steps goes back to the pool's normal order, so a task
 that always fails cannot take the front of every batch forever.
 
-Deterministic mode admits in LAUNCH order (the K lowest launch indices) instead of
-completion order, so a run is reproducible whatever the thread timing.
+Deterministic mode admits the first K to complete on a VIRTUAL clock instead of the wall
+clock, so a run is reproducible whatever the thread timing and the machine's load, and the
+tail is still cut. Each launch's `CancelToken` carries a clock that its run advances with
+what it has done (`tick`; the agent loop charges each sampled token 1, each command it runs
+`TURN_COST`, a command that ran into its timeout its seconds x `TOKENS_PER_S`: a trajectory's
+cost in sampled-token units, t1.agent.loop). A finished run's final clock is its virtual
+completion time V; the K runs of smallest (V, launch index) are admitted, in launch order.
+The clock only grows, so a running launch whose clock already passes the K-th smallest
+finished (V, index) cannot be admitted any more: it is cancelled there, whatever its wall
+time, and a launch below that mark always runs on. So the admitted set is a function of the
+trajectories alone. With no ticks (every V = 0) this is launch order, the K lowest indices.
+
+Before this, deterministic mode admitted the K lowest launch indices: every step waited for
+the longest of them (a 6-turn trajectory of a synthesized task, ~700 sampled tokens, against
+~50 for a family task on the tiny config) and threw away the N - K launched last.
 
     result = oversample(tasks, run_one, admit=8, workers=2)
     result.admitted  # [(launch_index, value)] in admission order
     result.dropped   # [Dropped(index, item, progress)]
 
-`run_one(item, cancel: threading.Event) -> value` must poll `cancel` between turns (the agent
-loop does, and aborts generation in the engine) and return promptly once it is set.
+`run_one(item, cancel: CancelToken) -> value` must poll `cancel` between turns (the agent
+loop does, and aborts generation in the engine) and return promptly once it is set; in
+deterministic mode it advances `cancel.tick(cost)` as it goes (a run that never ticks is
+admitted by launch order).
 """
 
 from __future__ import annotations
@@ -29,6 +44,9 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
+# how often the over-sampler looks at the running launches' clocks, seconds
+CLOCK_POLL_S = 0.02
+
 
 class CancelToken(threading.Event):
     """An Event that also runs callbacks when set (the agent loop registers an engine abort,
@@ -38,6 +56,17 @@ class CancelToken(threading.Event):
         super().__init__()
         self._callbacks: list[Callable[[], None]] = []
         self._cb_lock = threading.Lock()
+        self.clock = 0.0  # virtual time this launch's run has used (see the module docstring)
+
+    def tick(self, cost: float) -> None:
+        """Advance the run's virtual clock by `cost` (>= 0) units of work it has done."""
+        if cost < 0:
+            raise ValueError(f"a virtual clock only moves forward, got {cost!r}")
+        self.clock += cost
+
+    def restart_clock(self) -> None:
+        """The run starts again from scratch (a fleet replica was lost): from 0."""
+        self.clock = 0.0
 
     def on_cancel(self, callback: Callable[[], None]) -> None:
         with self._cb_lock:
@@ -77,12 +106,13 @@ class OversampleResult(Generic[T, R]):
 
 def oversample(
     items: Sequence[T],
-    run_one: Callable[[T, threading.Event], R],
+    run_one: Callable[[T, CancelToken], R],
     admit: int,
     workers: int = 2,
     deterministic: bool = False,
     on_done: Callable[[int, R | None], None] | None = None,
     admissible: Callable[[R], bool] | None = None,
+    clock: bool = True,
 ) -> OversampleResult[T, R]:
     """Run `run_one` over `items` with `workers` threads; admit the first `admit` to finish.
 
@@ -90,13 +120,15 @@ def oversample(
     run whose value fails `admissible` (e.g. a FAILED trajectory) is dropped with reason
     "not admissible" and its value kept as the progress. Fewer than `admit` may be admitted
     when too many runs fail.
-    Completion order decides admission unless `deterministic`, where launch order does.
+    Completion order decides admission unless `deterministic`, where completion on the runs'
+    virtual clocks does (the module docstring), or with `clock` False launch order.
     """
     if admit <= 0 or admit > len(items):
         raise ValueError(f"admit must be in 1..{len(items)}, got {admit}")
     cancels = [CancelToken() for _ in items]
     result: OversampleResult[T, R] = OversampleResult(launched=len(items))
     finished: dict[int, R] = {}
+    done_at: dict[int, float] = {}  # a finished run's virtual completion time
     failed: dict[int, str] = {}
     finished_inadmissible: dict[int, R] = {}
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="rollout") as pool:
@@ -104,23 +136,42 @@ def oversample(
             pool.submit(_guarded, run_one, item, cancels[i]): i for i, item in enumerate(items)
         }
         pending = set(futures)
+        poll = CLOCK_POLL_S if deterministic else None
+
+        def now(i: int) -> float:  # launch order: every clock reads 0, ties go by index
+            return cancels[i].clock if clock else 0.0
+
         while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            done, pending = wait(pending, timeout=poll, return_when=FIRST_COMPLETED)
             for fut in sorted(done, key=lambda f: futures[f]):
                 i = futures[fut]
                 ok, value = fut.result()
                 if ok and admissible is not None and not admissible(value):
                     failed[i] = "not admissible"
                     finished_inadmissible[i] = value
+                elif ok:
+                    finished[i] = value
+                    done_at[i] = now(i)  # final: the run has returned
                 else:
-                    (finished if ok else failed)[i] = value
+                    failed[i] = value
                 if on_done:
                     on_done(i, value if ok else None)
-            # Once K are admitted, the rest are the tail: cancel them (they return promptly).
-            if _admit(finished, failed, len(items), admit, deterministic, result):
+            if deterministic:
+                # Past the K-th smallest finished (V, index), a running launch is the tail.
+                mark = _virtual_mark(done_at, admit)
+                if mark is not None:
+                    for fut in pending:
+                        j = futures[fut]
+                        if (now(j), j) > mark:
+                            cancels[j].set()
+            elif _admit(finished, admit, result):
+                # Once K are admitted, the rest are the tail: cancel them (they return promptly).
                 for j, ev in enumerate(cancels):
                     if j not in _admission_set(result):
                         ev.set()
+    if deterministic:
+        first = sorted(done_at, key=lambda i: (done_at[i], i))[:admit]
+        result.admitted = [(i, finished[i]) for i in sorted(first)]
     admitted_ids = _admission_set(result)
     for i, item in enumerate(items):
         if i in admitted_ids:
@@ -134,9 +185,7 @@ def oversample(
     return result
 
 
-def _guarded(
-    fn: Callable[[T, threading.Event], R], item: T, cancel: threading.Event
-) -> tuple[bool, Any]:
+def _guarded(fn: Callable[[T, CancelToken], R], item: T, cancel: CancelToken) -> tuple[bool, Any]:
     try:
         return True, fn(item, cancel)
     except Exception as e:  # a failed trajectory is dropped with its reason, never fatal
@@ -147,27 +196,24 @@ def _admission_set(result: OversampleResult) -> set[int]:
     return {i for i, _ in result.admitted}
 
 
-def _admit(
-    finished: dict, failed: dict, n: int, admit: int, deterministic: bool, result: OversampleResult
-) -> bool:
-    """Move newly admissible runs into `result.admitted`; True once `admit` are admitted."""
+def _virtual_mark(done_at: dict[int, float], admit: int) -> tuple[float, int] | None:
+    """The K-th smallest (virtual completion time, launch index) of the finished runs; None
+    while fewer than K have finished."""
+    if len(done_at) < admit:
+        return None
+    ranked = sorted((v, i) for i, v in done_at.items())
+    return ranked[admit - 1]
+
+
+def _admit(finished: dict, admit: int, result: OversampleResult) -> bool:
+    """Move newly finished runs into `result.admitted` in completion order; True once `admit`
+    are admitted."""
     taken = _admission_set(result)
-    if deterministic:
-        # Launch order: walk indices upward; a failure is skipped, an unfinished run blocks.
-        for i in range(n):
-            if len(result.admitted) >= admit:
-                break
-            if i in taken or i in failed:
-                continue
-            if i not in finished:
-                break
+    for i in finished:  # dict order = completion order
+        if len(result.admitted) >= admit:
+            break
+        if i not in taken:
             result.admitted.append((i, finished[i]))
-    else:
-        for i in finished:  # dict order = completion order
-            if len(result.admitted) >= admit:
-                break
-            if i not in taken:
-                result.admitted.append((i, finished[i]))
     return len(result.admitted) >= admit
 
 

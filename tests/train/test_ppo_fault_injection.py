@@ -6,10 +6,10 @@ uninterrupted run, bit for bit.
     .venv/bin/pytest tests/train/test_ppo_fault_injection.py -q -s   (-s prints the kill log)
 
 Deterministic mode is on (run.deterministic: seeded sampling per step and trajectory,
-over-sampling admits in launch order, one thread). A reference segment of 2 PPO steps runs
-uninterrupted; each trial starts the same command, kills its tree at a seeded random time, in
-a rollout, or while the trainer writes a checkpoint, then reruns the same command until it
-exits 0 and compares the final actor and critic with torch.equal. tests/train/
+over-sampling admits by the trajectories' virtual clocks, one thread). A reference segment of
+2 PPO steps runs uninterrupted; each trial starts the same command, kills its tree at a seeded
+random time, in a rollout, or while the trainer writes a checkpoint, then reruns the same
+command until it exits 0 and compares the final actor and critic with torch.equal. tests/train/
 test_fault_injection.py does the same for 10 trials of `t1 train --stage sft`.
 """
 

@@ -64,7 +64,7 @@ rule ablation_drift_config:
     params:
         workers=conf("ablations.drift_workers"),
     shell:
-        "t1 run-config --base {input.cfg} --set run.deterministic=false --set rollout.workers={params.workers} --out {output} &> {log}"
+        "t1 run-config --base {input.cfg} --set run.deterministic=false --set rollout.admission=clock --set rollout.workers={params.workers} --out {output} &> {log}"
 
 
 rule ablation_drift_rollout:
