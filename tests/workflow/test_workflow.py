@@ -76,7 +76,10 @@ def test_the_ablations_keys_reach_their_commands(wf, tmp_path, n, workers, seeds
     assert r.returncode == 0, r.stdout + r.stderr
     # the drift rollout: n trajectories of the SFT policy, from a config that decodes in batches
     assert f"--launch {n} --admit {n} --out results/tiny/ablations/drift_rollout" in r.stdout
-    assert f"--set run.deterministic=false --set rollout.admission=clock --set rollout.workers={workers} " in r.stdout
+    assert (
+        f"--set run.deterministic=false --set rollout.admission=clock --set rollout.workers={workers} "
+        in r.stdout
+    )
     assert "t1 rollout --config results/tiny/ablations/drift_config.yaml" in r.stdout
     assert "results/tiny/ablations/drift_rollout --exclude ablations" in r.stdout  # audited
     assert job_counts(r.stdout)["ablation_critic"] == seeds
