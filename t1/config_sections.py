@@ -23,7 +23,7 @@ class RunConfig:
     seed: int = 0
     results_dir: str = "results"
     # Deterministic mode: seeded sampling, over-sampling admits by the trajectories' virtual
-    # clocks (t1.rollout.oversample: what each did, never the wall clock), fixed threads,
+    # clocks or launch order (rollout.admission; never the wall clock), fixed threads,
     # batch-invariant decoding (the local engine's lean path batches with fixed-shape tiles,
     # t1/engine/lean.py; its HF path, for models the lean path lacks, one request at a time).
     deterministic: bool = False

@@ -19,9 +19,11 @@ finished (V, index) cannot be admitted any more: it is cancelled there, whatever
 time, and a launch below that mark always runs on. So the admitted set is a function of the
 trajectories alone. With no ticks (every V = 0) this is launch order, the K lowest indices.
 
-Before this, deterministic mode admitted the K lowest launch indices: every step waited for
-the longest of them (a 6-turn trajectory of a synthesized task, ~700 sampled tokens, against
-~50 for a family task on the tiny config) and threw away the N - K launched last.
+The other deterministic rule (`clock=False`, `rollout.admission: launch`) admits the K lowest
+launch indices: every step waits for the longest of them (a 6-turn trajectory of a synthesized
+task, ~700 sampled tokens, against ~50 for a family task on the tiny config) and the N - K
+launched last are cancelled unused. On a CPU-bound machine that is the cheaper of the two: the
+clock runs every launch up to its mark (LOG.md, 2026-12-06).
 
     result = oversample(tasks, run_one, admit=8, workers=2)
     result.admitted  # [(launch_index, value)] in admission order
@@ -136,7 +138,8 @@ def oversample(
             pool.submit(_guarded, run_one, item, cancels[i]): i for i, item in enumerate(items)
         }
         pending = set(futures)
-        poll = CLOCK_POLL_S if deterministic else None
+        # only running clocks can move the mark between completions
+        poll = CLOCK_POLL_S if deterministic and clock else None
 
         def now(i: int) -> float:  # launch order: every clock reads 0, ties go by index
             return cancels[i].clock if clock else 0.0
