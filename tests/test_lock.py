@@ -153,3 +153,49 @@ def test_an_in_process_holder_gives_its_output_up_to_the_next_process(tmp_path):
     assert release_output(out) and not release_output(out)
     p = subprocess.run([sys.executable, "-c", take, str(out)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
+
+
+def test_spawn_records_the_child_before_it_runs_anything(tmp_path, monkeypatch):
+    """Popen returns after the exec, so a driver killed before `add` left a child no file named
+    (CI, 2026-12-06: a supervisor's orphaned grandchild outlived the next one). PidFile.spawn
+    holds the command at a gate until its record is on disk."""
+    pids, marker = PidFile(tmp_path / "children.json"), tmp_path / "ran"
+    seen = []
+
+    def record(name, rec):  # the driver is slow to write its record: the child must wait
+        time.sleep(0.5)
+        seen.append(marker.exists())
+        PidFile._record(pids, name, rec)
+
+    monkeypatch.setattr(pids, "_record", record)
+    proc = pids.spawn("c", ["sh", "-c", f"touch {marker}; sleep 60"], start_new_session=True)
+    try:
+        assert seen == [False], "the command ran before its record was written"
+        assert _wait(marker.exists)
+        rec = pids.read()["c"]
+        assert rec["pid"] == rec["pgid"] == proc.pid
+        assert same_process(rec), "recorded under the command it became, not the gate"
+        assert [k["name"] for k in pids.reap()] == ["c"]
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_driver_dying_before_its_record_leaves_a_child_that_never_runs(tmp_path, monkeypatch):
+    pids, marker = PidFile(tmp_path / "children.json"), tmp_path / "ran"
+
+    def killed(name, rec):  # as if the driver were SIGKILLed here: its end of the gate closes
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pids, "_record", killed)
+    with pytest.raises(KeyboardInterrupt):
+        pids.spawn("c", ["sh", "-c", f"touch {marker}"])
+    time.sleep(0.5)
+    assert not marker.exists()
+
+
+def test_spawn_of_a_missing_program_raises_as_popen_does(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no-such-program-t1"):
+        PidFile(tmp_path / "c.json").spawn("c", ["no-such-program-t1"])
+    assert not (tmp_path / "c.json").exists()

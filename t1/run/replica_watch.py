@@ -117,9 +117,9 @@ class LockedPidFile(PidFile):
 
     _lock = threading.Lock()
 
-    def add(self, name: str, pid: int) -> None:
+    def _record(self, name: str, rec: dict[str, Any]) -> None:
         with self._lock:
-            super().add(name, pid)
+            super()._record(name, rec)
 
     def remove(self, name: str) -> None:
         with self._lock:
@@ -206,20 +206,20 @@ class ReplicaSteps:
         with self._lock:
             if self._stopping.is_set():
                 return
+            popen: dict[str, Any] = dict(  # srun dies with the driver (t1.store.lock); its own
+                stderr=subprocess.STDOUT,  # session: a SIGKILL to the group reaches what it
+                preexec_fn=die_with_parent,  # started outside Slurm
+                env=env,
+                start_new_session=True,
+            )
             with open(self.log(index), "ab") as out:
-                proc = subprocess.Popen(  # srun dies with the driver (t1.store.lock); its own
-                    line,  # session: a SIGKILL to the group reaches what it started outside Slurm
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    preexec_fn=die_with_parent,
-                    env=env,
-                    start_new_session=True,
-                )
+                if self.children is not None:  # recorded before it runs (PidFile.spawn)
+                    proc = self.children.spawn(f"replica{index}", line, stdout=out, **popen)
+                else:
+                    proc = subprocess.Popen(line, stdout=out, **popen)
             self.procs[index] = proc
             self._up[index] = False
             self.step_ids[index] = None
-            if self.children is not None:
-                self.children.add(f"replica{index}", proc.pid)
         self.event("started", index, pid=proc.pid)
 
     def _find_step(self, index: int, old: str | None = None, tries: int = 10) -> str | None:

@@ -6,6 +6,7 @@
     pids = PidFile("results/tiny/ppo/iter_00001/segment.children.json")
     pids.reap()                  # kill what a previous attempt left (still that program?)
     pids.add("train", proc.pid)  # record a child: pid, start time, command line
+    proc = pids.spawn("train", cmd, start_new_session=True)  # recorded before it runs
 
 `hold_output(DIR)` takes an exclusive `flock` on `DIR/.t1-writer.lock` and writes the holder
 (pid, host, command line, since) into it. The descriptor is inheritable, so the processes
@@ -21,7 +22,9 @@ the process group when the child leads one, else to the pid) every recorded proc
 still the same program: same /proc/PID/stat start time and same command line, so a recycled
 pid is never hit. A group whose leader is gone but whose members live on (a trainer orphaned
 when its driver died) is killed too: while any member lives the kernel does not reuse the
-group's number. It returns what it killed.
+group's number. It returns what it killed. `spawn` closes the window between Popen's return
+and `add`: the child waits at a gate until its record is on disk, so a driver SIGKILLed in
+between leaves a child that never ran, not a grandchild no file names.
 
 Tests: tests/test_lock.py (real processes), tests/train/test_one_writer.py (two `t1 train
 --stage sft` on one output), tests/test_supervise.py (a new supervisor reaps a killed one's
@@ -31,11 +34,14 @@ orphans).
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -213,6 +219,11 @@ def forget_inherited_locks() -> None:
     _HELD.clear()
 
 
+# The gate of PidFile.spawn: wait for the driver's go on fd $1 (exit if it died first), close
+# it, exec the command. bash, not sh: dash redirects only fds 0-9.
+_GATE = 'g=$1; shift; read -r -u "$g" _ || exit 125; exec {g}<&-; exec "$@"'
+
+
 class PidFile:
     """Children of one driver, recorded so that the next attempt can kill what this one left."""
 
@@ -230,9 +241,48 @@ class PidFile:
             pgid = os.getpgid(pid)
         except ProcessLookupError:
             return
+        self._record(name, {**identity(pid), "pgid": pgid})
+
+    def _record(self, name: str, rec: dict[str, Any]) -> None:
         children = self.read()
-        children[name] = {**identity(pid), "pgid": pgid}
+        children[name] = rec
         write_json_atomic(self.path, {"children": children})
+
+    def spawn(self, name: str, cmd: list[str], **popen: Any) -> subprocess.Popen[bytes]:
+        """subprocess.Popen(cmd, **popen), recorded before `cmd` runs.
+
+        Popen returns after the exec; a driver SIGKILLed before its `add` would leave a child
+        no file names, and whatever that child had started in the meantime (a grandchild in
+        its group outlives the child's parent-death signal) would escape the next attempt's
+        `reap`. So the child first waits behind a gate (bash reading a pipe; it exits if the
+        driver dies first), is recorded under the command it is about to exec, and only then
+        execs it. A command that is not there raises FileNotFoundError here, as Popen would.
+        """
+        prog = cmd[0]
+        if shutil.which(prog, path=(popen.get("env") or os.environ).get("PATH")) is None:
+            raise FileNotFoundError(errno.ENOENT, f"no such program: {prog}", prog)
+        gate_r, gate_w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                ["bash", "-c", _GATE, "t1-gate", str(gate_r), *cmd],
+                pass_fds=(*popen.pop("pass_fds", ()), gate_r),
+                **popen,
+            )
+        except BaseException:
+            os.close(gate_w)
+            raise
+        finally:
+            os.close(gate_r)
+        try:
+            pgid = os.getpgid(proc.pid)
+            rec = {"pid": proc.pid, "start": proc_start(proc.pid), "cmdline": list(cmd)}
+            self._record(name, {**rec, "pgid": pgid})
+            os.write(gate_w, b"go\n")
+        except (ProcessLookupError, BrokenPipeError):
+            pass  # the gate is gone: the child died before it ran anything
+        finally:
+            os.close(gate_w)
+        return proc
 
     def remove(self, name: str) -> None:
         children = self.read()

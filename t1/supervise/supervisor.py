@@ -116,8 +116,7 @@ class _Child:
             "T1_SUPERVISED": "1",
             "PYTHONUNBUFFERED": "1",
         }
-        self.proc = subprocess.Popen(
-            self.spec.cmd,
+        popen: dict[str, Any] = dict(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -125,9 +124,11 @@ class _Child:
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
+        if self.pids is not None:  # recorded before it runs: nothing it starts can escape
+            self.proc = self.pids.spawn(self.spec.name, self.spec.cmd, **popen)
+        else:
+            self.proc = subprocess.Popen(self.spec.cmd, **popen)
         self.state, self.started, self.beat = "running", time.time(), 0.0
-        if self.pids is not None:
-            self.pids.add(self.spec.name, self.proc.pid)
         threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
 
     def _pump(self, proc: subprocess.Popen[bytes]) -> None:
