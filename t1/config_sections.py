@@ -216,6 +216,12 @@ class RewardConfig:
     # pool's largest assertion count; a resumed run with another scale refuses to start
     scale: float = 0.0
     subtract_noop: bool = False  # subtract the task's no-op passes (measured when pooled)
+    # score | zero: zero = no reward for a trajectory with a malformed tool call (t1.verify.reward)
+    malformed_calls: str = "score"
+
+    def __post_init__(self) -> None:
+        if self.malformed_calls not in ("score", "zero"):
+            raise ValueError(f"malformed_calls must be score or zero, got {self.malformed_calls!r}")
 
 
 @dataclass(frozen=True)

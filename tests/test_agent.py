@@ -372,3 +372,34 @@ def test_drift_is_measured_against_the_engines_own_ids(task, tok, random_engine)
     assert asm.audit.drift_tokens == 0 and audit.drift_tokens > 0
     print(f"re-tokenized turn: {len(turn.sampled_ids)} engine ids -> {len(again)} ids, "
           f"drift {audit.drift_tokens} of {audit.loss_tokens} loss tokens")  # fmt: skip
+
+
+def test_malformed_calls_zero_takes_the_reward_of_a_recovered_trajectory(tasks, tok):
+    """stats-debug passes 8 of 13 with no agent at all, so a trajectory that breaks a tool call
+    and then answers earns 0.8 under `score`; under `zero` it earns 0 while its verifier
+    outcomes stay. A trajectory without a malformed call scores the same under both rules."""
+    task = next(t for t in tasks if t.id == "stats-debug")
+    broken = ['<tool_call>\n{"name": "bash", "arguments": {"command": "ls"</tool_call>', "Done."]
+    out = {}
+    for rule in ("score", "zero"):
+        spec = RewardSpec(kind="dense", scale=10.0, malformed_calls=rule)
+        for name, texts in (("broken", broken), ("clean", ["Done."])):
+            with open_task_sandbox(task) as sandbox:
+                traj = run_agent(
+                    task,
+                    sandbox,
+                    _TextScript(tok, texts),
+                    tok,
+                    AgentConfig(max_turns=3),
+                    SamplingParams(),
+                    spec,
+                    options=AgentOptions(require_routing=False),
+                )
+            out[rule, name] = traj
+    assert out["score", "broken"].turns[0].error is not None
+    assert (
+        out["score", "broken"].metadata["passed"] == out["zero", "broken"].metadata["passed"] == 8
+    )
+    assert out["score", "broken"].reward == pytest.approx(0.8)
+    assert out["zero", "broken"].reward == 0.0
+    assert out["zero", "clean"].reward == out["score", "clean"].reward == pytest.approx(0.8)

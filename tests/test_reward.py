@@ -85,6 +85,46 @@ def test_spec_scores_with_and_without_noop():
     assert b.score(10, 10, noop_passed=10, noop_total=10) == 0.0
 
 
+def test_malformed_calls_zero_gives_no_reward_to_a_trajectory_with_one():
+    score, zero = RewardSpec("dense", 10), RewardSpec("dense", 10, malformed_calls="zero")
+    assert score.score(7, 13, malformed=2) == zero.score(7, 13) == pytest.approx(0.7)
+    assert zero.score(7, 13, malformed=1) == 0.0
+    assert RewardSpec("binary", malformed_calls="zero").score(9, 9, malformed=1) == 0.0
+    with pytest.raises(RewardError, match="malformed_calls must be one of score, zero"):
+        RewardSpec("dense", 10, malformed_calls="halve")
+    with pytest.raises(RewardError, match=">= 0"):
+        zero.score(7, 13, malformed=-1)
+
+
+def test_a_resumed_run_with_another_malformed_rule_names_both(tmp_path):
+    m = tmp_path / "manifest.json"
+    pin_reward(m, "dense", 12, False, malformed_calls="zero")
+    assert read_reward_spec(m).malformed_calls == "zero"
+    with pytest.raises(RewardError, match="malformed_calls 'zero'.*malformed_calls 'score'"):
+        pin_reward(m, "dense", 12, False)
+    old = tmp_path / "old.json"  # a manifest pinned before the key existed reads as `score`
+    old.write_text(json.dumps({"reward": {"kind": "dense", "scale": 3.0, "subtract_noop": False}}))
+    assert pin_reward(old, "dense", 3, False) == RewardSpec("dense", 3.0)
+
+
+def test_the_config_key_reaches_the_rollouts_reward(tmp_path):
+    import dataclasses
+
+    from t1.config import Config
+    from t1.rollout.collect import reward_of
+
+    base = Config()
+    cfg = dataclasses.replace(
+        base, reward=dataclasses.replace(base.reward, scale=3.0, malformed_calls="zero")
+    )
+    assert reward_of(cfg, []).malformed_calls == "zero"
+    assert reward_of(cfg, [], tmp_path / "m.json").malformed_calls == "zero"
+    plain = dataclasses.replace(base, reward=dataclasses.replace(base.reward, scale=3.0))
+    assert reward_of(plain, []).malformed_calls == "score"  # the recipe's default
+    with pytest.raises(ValueError, match="malformed_calls must be score or zero"):
+        dataclasses.replace(base.reward, malformed_calls="halve")
+
+
 def test_spec_validates():
     with pytest.raises(RewardError):
         RewardSpec(kind="sparse")

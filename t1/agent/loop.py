@@ -300,7 +300,8 @@ def attach_reward(
     if tampered:
         passed, resolved = min(noop_passed, v.total), False
         traj.metadata["tampered"] = tampered if isinstance(tampered, str) else "tampered"
-    traj.reward = reward.score(passed, v.total, noop_passed, noop_total)
+    malformed = sum(t.error is not None for t in traj.turns)
+    traj.reward = reward.score(passed, v.total, noop_passed, noop_total, malformed)
     traj.metadata.update({"passed": passed, "total": v.total, "resolved": resolved})
     if noop is not None:
         traj.metadata.update({"noop_passed": noop_passed, "noop_total": noop_total})

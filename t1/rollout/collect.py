@@ -122,9 +122,11 @@ def reward_of(
     cannot be had (no scale and no pool; subtract_noop on a task without a no-op record)."""
     r = cfg.reward
     if manifest is not None:
-        spec = pin_reward(manifest, r.kind, r.scale, r.subtract_noop)
+        spec = pin_reward(
+            manifest, r.kind, r.scale, r.subtract_noop, malformed_calls=r.malformed_calls
+        )
     elif r.scale > 0 or r.kind == "binary":
-        spec = RewardSpec(kind=r.kind, scale=r.scale or 1.0, subtract_noop=r.subtract_noop)
+        spec = RewardSpec(r.kind, r.scale or 1.0, r.subtract_noop, r.malformed_calls)
     else:
         pools = {pool_of(t.path) for t in tasks}
         if not tasks or None in pools:
@@ -135,7 +137,7 @@ def reward_of(
                 "pass --run-manifest, or roll out pool tasks"
             )
         totals = [rec.assertions for pool in pools for rec in pool_records(pool).values()]
-        spec = RewardSpec(kind=r.kind, scale=scale_for_pool(totals), subtract_noop=r.subtract_noop)
+        spec = RewardSpec(r.kind, scale_for_pool(totals), r.subtract_noop, r.malformed_calls)
     if spec.subtract_noop:
         for t in tasks:
             rec = task_record(t.path)

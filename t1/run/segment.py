@@ -133,7 +133,14 @@ class Driver:
 
         r = self.cfg.reward
         try:
-            spec = pin_reward(self.manifest, r.kind, r.scale, r.subtract_noop, pool=self.pool)
+            spec = pin_reward(
+                self.manifest,
+                r.kind,
+                r.scale,
+                r.subtract_noop,
+                pool=self.pool,
+                malformed_calls=r.malformed_calls,
+            )
         except RewardError as e:
             print(f"t1 segment: {e}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None

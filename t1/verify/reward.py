@@ -22,6 +22,12 @@ no-op subtraction (`reward.subtract_noop`): subtract what the task scores with n
          recorded per task in the pool manifest as noop_passed / noop_total; `task_record`
          reads it), clamped at 0: doing nothing, or breaking what held before, scores 0.
          A task without a measured no-op is an error when subtracting, never a silent 0.
+malformed calls (`reward.malformed_calls`): `score` (the recipe) leaves the verifier's score
+         alone; `zero` gives 0 to a trajectory with any malformed tool call (one the agent loop
+         answered with an error), whatever its verifier passed. A policy that recovers from a
+         broken call within its turns otherwise earns the full reward, and PPO reinforces the
+         broken call's tokens with it (LOG.md, 2026-12-06). Evaluation's `resolved` is the
+         verifier's alone under either rule.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from pathlib import Path
 from t1.records import write_json_atomic
 
 KINDS = ("dense", "binary")
+MALFORMED_CALLS = ("score", "zero")
 MANIFEST_SCHEMA_VERSION = 1
 
 
@@ -75,15 +82,33 @@ class RewardSpec:
     kind: str = "dense"
     scale: float = 10.0
     subtract_noop: bool = False
+    malformed_calls: str = "score"  # score | zero (the module docstring)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise RewardError(f"reward kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.malformed_calls not in MALFORMED_CALLS:
+            raise RewardError(
+                f"reward malformed_calls must be one of {', '.join(MALFORMED_CALLS)}, got "
+                f"{self.malformed_calls!r}"
+            )
         if self.kind == "dense" and not self.scale > 0:
             raise RewardError(f"dense reward needs a positive scale, got {self.scale}")
 
-    def score(self, passed: int, total: int, noop_passed: int = 0, noop_total: int = 0) -> float:
-        """Reward of one trajectory; noop_* are the task's no-op outcomes (used if subtracting)."""
+    def score(
+        self,
+        passed: int,
+        total: int,
+        noop_passed: int = 0,
+        noop_total: int = 0,
+        malformed: int = 0,
+    ) -> float:
+        """Reward of one trajectory; noop_* are the task's no-op outcomes (used if subtracting),
+        `malformed` its malformed tool calls (0 reward for any under malformed_calls zero)."""
+        if malformed < 0:
+            raise RewardError(f"malformed call count must be >= 0, got {malformed}")
+        if malformed and self.malformed_calls == "zero":
+            return 0.0
         if not self.subtract_noop:
             noop_passed, noop_total = 0, 0
         if self.kind == "dense":
@@ -92,7 +117,11 @@ class RewardSpec:
 
 
 def record_reward_spec(
-    manifest: str | Path, kind: str = "dense", scale: float = 10.0, subtract_noop: bool = False
+    manifest: str | Path,
+    kind: str = "dense",
+    scale: float = 10.0,
+    subtract_noop: bool = False,
+    malformed_calls: str = "score",
 ) -> RewardSpec:
     """Write the run's reward spec into `manifest` (JSON), or check it against the one there.
 
@@ -101,7 +130,9 @@ def record_reward_spec(
     file is replaced atomically (temp file + rename), never left half written.
     """
     manifest = Path(manifest)
-    spec = RewardSpec(kind=kind, scale=float(scale), subtract_noop=subtract_noop)
+    spec = RewardSpec(
+        kind=kind, scale=float(scale), subtract_noop=subtract_noop, malformed_calls=malformed_calls
+    )
     data: dict = {}
     if manifest.exists():
         data = _read_json(manifest)
@@ -140,6 +171,7 @@ def pin_reward(
     scale: float,
     subtract_noop: bool,
     pool: str | Path | None = None,
+    malformed_calls: str = "score",
 ) -> RewardSpec:
     """The run's reward spec: recorded in `manifest` at the first call, checked at every later one.
 
@@ -158,11 +190,13 @@ def pin_reward(
                 f"says reward.scale {float(scale):g}; a run keeps one scale (set reward.scale back "
                 f"to {old.scale:g}, or 0 to keep the pinned one, or start a new run)"
             )
-        if (kind, bool(subtract_noop)) != (old.kind, old.subtract_noop):
+        said = (kind, bool(subtract_noop), malformed_calls)
+        if said != (old.kind, old.subtract_noop, old.malformed_calls):
             raise RewardError(
                 f"{manifest}: this run's reward is pinned as kind {old.kind!r}, subtract_noop "
-                f"{old.subtract_noop}; the config says kind {kind!r}, subtract_noop "
-                f"{bool(subtract_noop)} (start a new run to change them)"
+                f"{old.subtract_noop}, malformed_calls {old.malformed_calls!r}; the config says "
+                f"kind {kind!r}, subtract_noop {bool(subtract_noop)}, malformed_calls "
+                f"{malformed_calls!r} (start a new run to change them)"
             )
         return old
     if scale <= 0:
@@ -177,7 +211,9 @@ def pin_reward(
                 f"{Path(pool) / 'manifest.json'}: {e} (reward.scale 0 derives the scale from "
                 "the tasks' `assertions`; rebuild the pool with `t1 pool`, or set reward.scale)"
             ) from None
-    return record_reward_spec(manifest, kind=kind, scale=scale, subtract_noop=subtract_noop)
+    return record_reward_spec(
+        manifest, kind, scale, subtract_noop=subtract_noop, malformed_calls=malformed_calls
+    )
 
 
 def _has_reward(manifest: Path) -> bool:
