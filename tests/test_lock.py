@@ -199,3 +199,14 @@ def test_spawn_of_a_missing_program_raises_as_popen_does(tmp_path):
     with pytest.raises(FileNotFoundError, match="no-such-program-t1"):
         PidFile(tmp_path / "c.json").spawn("c", ["no-such-program-t1"])
     assert not (tmp_path / "c.json").exists()
+
+
+def test_spawn_finds_a_relative_program_in_the_childs_cwd(tmp_path):
+    (tmp_path / "bin").mkdir()
+    prog = tmp_path / "bin" / "hello"
+    prog.write_text("#!/bin/sh\necho hello\n")
+    prog.chmod(0o755)
+    pids = PidFile(tmp_path / "c.json")
+    proc = pids.spawn("c", ["./hello"], cwd=tmp_path / "bin", stdout=subprocess.PIPE)
+    assert proc.communicate(timeout=10)[0] == b"hello\n" and proc.returncode == 0
+    assert pids.read()["c"]["cmdline"] == ["./hello"]

@@ -259,7 +259,8 @@ class PidFile:
         execs it. A command that is not there raises FileNotFoundError here, as Popen would.
         """
         prog = cmd[0]
-        if shutil.which(prog, path=(popen.get("env") or os.environ).get("PATH")) is None:
+        where = os.path.join(popen.get("cwd") or "", prog) if os.sep in prog else prog
+        if shutil.which(where, path=(popen.get("env") or os.environ).get("PATH")) is None:
             raise FileNotFoundError(errno.ENOENT, f"no such program: {prog}", prog)
         gate_r, gate_w = os.pipe()
         try:
