@@ -305,8 +305,9 @@ def make_split(
     """`train` and `heldout` instances per family; held-out ones share no parameter tuple with
     the training ones and each holds a word its family's training instances never use.
     `words`: draw from the first N words of WORDS (0 = all). `unseen` per family go to
-    `heldout_unseen`, every word drawn from UNSEEN_WORDS (its own random stream: the train and
-    held-out draws are the same whatever `unseen` is). `made_up` more training instances per
+    `heldout_unseen`, every word drawn from UNSEEN_WORDS. Each split draws from its own random
+    stream: the train draws are the same whatever `heldout` and `unseen` are, and the held-out
+    draws whatever `unseen` is. `made_up` more training instances per
     family name everything with fresh `synthetic_name`s (their own stream, indexed after the
     unseen ones): the SFT experts and PPO then reward copying names of no fixed vocabulary."""
     pool = word_pool(words)
@@ -316,10 +317,12 @@ def make_split(
         raise ValueError(f"unknown task families {unknown} (known: {sorted(FAMILIES)})")
     r = random.Random(f"t1-families-{seed}")
     out: dict[str, list[Instance]] = {"train": [], "heldout": [], "heldout_unseen": []}
+    seen_of: dict[str, set[str]] = {}
+    used_of: dict[str, set[str]] = {}
     for name in names:
         fam = FAMILIES[name]
-        seen: set[str] = set()
-        used: set[str] = set()
+        seen = seen_of[name] = set()
+        used = used_of[name] = set()
         for i in range(train):
             for _ in range(1000):
                 p = fam.draw(r, pool)
@@ -328,6 +331,9 @@ def make_split(
             seen.add(key_of(name, p))
             used |= words_of(p)
             out["train"].append(Instance(name, p, i))
+    r = random.Random(f"t1-families-heldout-{seed}")  # the train draws: whatever `heldout` is
+    for name in names:
+        fam, seen, used = FAMILIES[name], seen_of[name], used_of[name]
         for j in range(heldout):
             for _ in range(10000):
                 p = fam.draw(r, pool)

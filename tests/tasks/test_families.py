@@ -45,6 +45,14 @@ def test_heldout_instances_are_new_tuples_with_a_word_the_family_never_trained_o
     assert make_split(seed=4, train=6, heldout=3) != split
 
 
+def test_the_train_draws_do_not_depend_on_the_heldout_count():
+    """Each split draws from its own stream: sizing the evaluation never changes what trains."""
+    small, large = make_split(seed=3, train=4, heldout=2), make_split(seed=3, train=4, heldout=5)
+    assert small["train"] == large["train"]
+    assert len(small["heldout"]) == 2 * len(FAMILIES) and len(large["heldout"]) == 5 * len(FAMILIES)
+    assert make_split(seed=3, train=4, heldout=2, unseen=3)["heldout"] == small["heldout"]
+
+
 def test_made_up_training_instances_join_the_train_split_and_change_nothing_else(tmp_path):
     from t1.cli import main
     from t1.tasks.families import UNSEEN_WORDS, WORDS

@@ -100,6 +100,57 @@ def test_critic_warmup_trajectories_reach_the_warmup_rollout(wf, tmp_path, n):
     assert "--tasks results/tiny/pool/train " in line
 
 
+def _oracle_dirs(stdout: str) -> dict[str, list[str]]:
+    """{json file of each `t1 oracle` line: the dirs it checks}."""
+    out = {}
+    for line in stdout.splitlines():
+        line = line.removeprefix("Shell command: ")
+        if line.startswith("t1 oracle "):
+            words = line.split()
+            dirs = words[2 : next(i for i, w in enumerate(words) if w.startswith("--"))]
+            out[words[words.index("--json") + 1]] = dirs
+    return out
+
+
+@pytest.mark.parametrize("overlay", [None, "families: {enabled: false}\n", PRESET])
+def test_each_task_is_checked_once_per_run(wf, tmp_path, overlay):
+    """The eval split checks only the dirs the train split does not; its pool reads both
+    splits' rows (`--validated`/`--noop` repeated), the train pool only its own."""
+    extra = []
+    if overlay == PRESET:
+        extra = ["--configfile", PRESET]
+    elif overlay:
+        (tmp_path / "o.yaml").write_text(overlay)
+        extra = ["--configfile", str(tmp_path / "o.yaml")]
+    r = snakemake(wf, "--profile", "profiles/local", "-n", "-p", "campaign_dense", *extra)
+    assert r.returncode == 0, r.stdout + r.stderr
+    checks = _oracle_dirs(r.stdout)
+    run = "qwen3.5-122b-a10b" if overlay == PRESET else "tiny"
+    v = f"results/{run}/tasks/validate"
+    train = checks[f"{v}/oracle_train.json"]
+    assert checks[f"{v}/noop_train.json"] == train
+    lines = [line.removeprefix("Shell command: ") for line in r.stdout.splitlines()]
+    pools = {x.split("--out ")[1].split()[0]: x for x in lines if x.startswith("t1 pool ")}
+    eval_pool, train_pool = pools[f"results/{run}/pool/eval"], pools[f"results/{run}/pool/train"]
+    assert f"--validated {v}/oracle_train.json --noop {v}/noop_train.json" in train_pool
+    assert "_eval.json" not in train_pool
+    eval_in = eval_pool.split("--in ")[1].split(" --")[0].split()
+    if overlay is None:  # the seed tasks and the families' training instances: checked once
+        assert checks[f"{v}/oracle_eval.json"] == [
+            "results/tiny/tasks/families/heldout", "results/tiny/tasks/families/heldout_unseen"
+        ]  # fmt: skip
+    if overlay and overlay != PRESET:  # every eval dir is a train dir: no eval checks at all
+        assert f"{v}/oracle_eval.json" not in checks and f"{v}/noop_eval.json" not in checks
+        assert "_eval.json" not in eval_pool
+    else:
+        eval_only = checks[f"{v}/oracle_eval.json"]
+        assert checks[f"{v}/noop_eval.json"] == eval_only
+        assert not set(eval_only) & set(train)
+        assert set(eval_in) <= set(train) | set(eval_only)  # every eval task has its rows
+        assert (f"--validated {v}/oracle_train.json --validated {v}/oracle_eval.json "
+                f"--noop {v}/noop_train.json --noop {v}/noop_eval.json") in eval_pool  # fmt: skip
+
+
 def test_dry_run_of_the_122b_preset_on_slurm(wf):
     r = snakemake(
         wf, "--profile", "profiles/slurm", "-n", "-p", "campaign_dense", "--configfile", PRESET

@@ -169,12 +169,46 @@ def family_dirs(split):
 
 
 def split_dirs(wildcards):
-    dirs = list(conf(f"tasks.{wildcards.split}_dirs")) + family_dirs(wildcards.split)
-    if wildcards.split == "train" and conf("campaign.synthesize"):
-        # the tasks the audit accepted (instructions repaired); synthesized once, under the
-        # dense run, and shared by its ablations (the binary run trains on the same pool)
+    # the train split also holds the tasks the audit accepted (instructions repaired);
+    # synthesized once, under the dense run, and shared by its ablations (the binary run
+    # trains on the same pool)
+    return " ".join(_split_dir_list(wildcards.split))
+
+
+def _split_dir_list(split):
+    dirs = list(conf(f"tasks.{split}_dirs")) + family_dirs(split)
+    if split == "train" and conf("campaign.synthesize"):
         dirs.append(f"{RESULTS}/{NAME}/tasks/audit")
-    return " ".join(dirs)
+    return dirs
+
+
+def check_dir_list(split):
+    """The dirs whose tasks a split's checks (validate_tasks, noop_tasks) run. The eval split
+    leaves out the dirs the train split checks: they hold the same tasks (the seed tasks, the
+    families' training instances), and the eval pool reads their rows from the train split's
+    files. Each task is checked once per run."""
+    dirs = _split_dir_list(split)
+    if split == "eval":
+        checked = {os.path.normpath(d) for d in _split_dir_list("train")}
+        dirs = [d for d in dirs if os.path.normpath(d) not in checked]
+    return dirs
+
+
+def check_dirs(wildcards):
+    return " ".join(check_dir_list(wildcards.split))
+
+
+def check_files(kind):
+    """The `t1 oracle --json` files (kind: oracle | noop) the split's pool reads: the train
+    split's, and for the eval split also its own when it checks any dir of its own."""
+
+    def files(wildcards):
+        out = [f"{RESULTS}/{wildcards.run}/tasks/validate/{kind}_train.json"]
+        if wildcards.split == "eval" and check_dir_list("eval"):
+            out.append(f"{RESULTS}/{wildcards.run}/tasks/validate/{kind}_eval.json")
+        return out
+
+    return files
 
 
 def families_done(wildcards):

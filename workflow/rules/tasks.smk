@@ -125,13 +125,14 @@ rule validate_tasks:
         mem_mb=4000,
         cpus_per_task=2,
     params:
-        dirs=split_dirs,
+        dirs=check_dirs,
     shell:
         "t1 oracle {params.dirs} --config {input.cfg} --jobs $(( {threads} + 1 )) --json {output} &> {log}"
 
 
 # the no-op score of every task (assertions that pass with no agent action): the pool records
-# it per task for reward.subtract_noop (t1.verify.reward)
+# it per task for reward.subtract_noop (t1.verify.reward). Both checks run each task once per
+# run: the eval split checks only the dirs the train split does not (check_dir_list)
 rule noop_tasks:
     input:
         unpack(split_inputs),
@@ -147,7 +148,7 @@ rule noop_tasks:
         mem_mb=4000,
         cpus_per_task=2,
     params:
-        dirs=split_dirs,
+        dirs=check_dirs,
     shell:
         "t1 oracle {params.dirs} --agent noop --config {input.cfg} --jobs $(( {threads} + 1 )) --json {output} &> {log}"
 
@@ -155,8 +156,8 @@ rule noop_tasks:
 rule pool:
     input:
         unpack(split_inputs),
-        validated=f"{RESULTS}/{{run}}/tasks/validate/oracle_{{split}}.json",
-        noop=f"{RESULTS}/{{run}}/tasks/validate/noop_{{split}}.json",
+        validated=check_files("oracle"),
+        noop=check_files("noop"),
     output:
         f"{RESULTS}/{{run}}/pool/{{split}}/manifest.json",
     log:
@@ -172,5 +173,7 @@ rule pool:
             f"--audit {input.audit}" if hasattr(input, "audit") else ""
         ),
         out=lambda w: f"{RESULTS}/{w.run}/pool/{w.split}",
+        validated=lambda w, input: " ".join(f"--validated {f}" for f in input.validated),
+        noop=lambda w, input: " ".join(f"--noop {f}" for f in input.noop),
     shell:
-        "t1 pool --config {input.cfg} --in {params.dirs} --validated {input.validated} --noop {input.noop} {params.audit} --out {params.out} &> {log}"
+        "t1 pool --config {input.cfg} --in {params.dirs} {params.validated} {params.noop} {params.audit} --out {params.out} &> {log}"
