@@ -340,7 +340,11 @@ def expert_batch(
     progress: bool = True,
     reward: RewardSpec | None = None,
 ) -> RolloutBatch:
-    """Reference solutions as multi-turn tool calls, one trajectory per task (all admitted)."""
+    """Reference solutions as multi-turn tool calls, one trajectory per task (all admitted, in
+    the order of `tasks`). `rollout.workers` run at once: a trajectory depends only on its task
+    (its own sandbox and scripted commands), never on which others run beside it."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
     from t1.agent.expert import ScriptedEngine, solution_commands
 
     bar = Progress(len(tasks), "expert") if progress else None
@@ -355,13 +359,20 @@ def expert_batch(
         expert_cfg = dataclasses.replace(
             cfg, agent=dataclasses.replace(cfg.agent, max_turns=max_turns, context_tokens=10**9)
         )
-    for task in tasks:
+
+    def one(task: Task) -> Trajectory:
         engine = ScriptedEngine(tokenizer, solution_commands(task))
-        batch.admitted.append(
-            run_one(task, engine, tokenizer, expert_cfg, None, None, options, reward)
-        )
-        if bar:
-            bar.advance(note=task.id)
+        return run_one(task, engine, tokenizer, expert_cfg, None, None, options, reward)
+
+    workers = max(1, min(cfg.rollout.workers, len(tasks)))
+    with ThreadPoolExecutor(workers, thread_name_prefix="expert") as pool:
+        futures = {pool.submit(one, task): i for i, task in enumerate(tasks)}
+        done: dict[int, Trajectory] = {}
+        for fut in as_completed(futures):
+            done[futures[fut]] = fut.result()
+            if bar:
+                bar.advance(note=tasks[futures[fut]].id)
+    batch.admitted.extend(done[i] for i in range(len(tasks)))
     if bar:
         bar.close()
     batch.seconds = time.monotonic() - t0

@@ -138,7 +138,8 @@ def test_corpus_rows_mask_only_the_assistant_tokens(tok):
 @requires_bwrap
 def test_transcript_equals_the_executed_expert_trajectory(tmp_path, tok):
     """One instance per family, executed by the expert in a real sandbox and scored by its
-    verifier: the TITO stream and loss mask are the generated transcript's, token for token."""
+    verifier: the TITO stream and loss mask are the generated transcript's, token for token,
+    and the batch keeps the order of its tasks while `rollout.workers` of them run at once."""
     from t1.config import load_config
     from t1.rollout.collect import expert_batch
     from t1.tito import assemble_trajectory
@@ -148,6 +149,7 @@ def test_transcript_equals_the_executed_expert_trajectory(tmp_path, tok):
     cfg = load_config("workflow/config/tiny.yaml")
     cfg = dataclasses.replace(cfg, reward=dataclasses.replace(cfg.reward, scale=3.0))
     tasks = [load_task(tmp_path / "fam" / "train" / i.task_id) for i in split["train"]]
+    assert cfg.rollout.workers > 1  # the experts run side by side, each its own sandbox
     batch = expert_batch(tasks, tok, cfg, progress=False)
     for inst, traj in zip(split["train"], batch.admitted, strict=True):
         assert traj.metadata.get("resolved"), (inst.task_id, traj.reason)
