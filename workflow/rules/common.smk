@@ -169,15 +169,14 @@ def family_dirs(split):
 
 
 def split_dirs(wildcards):
-    # the train split also holds the tasks the audit accepted (instructions repaired);
-    # synthesized once, under the dense run, and shared by its ablations (the binary run
-    # trains on the same pool)
     return " ".join(_split_dir_list(wildcards.split))
 
 
 def _split_dir_list(split):
     dirs = list(conf(f"tasks.{split}_dirs")) + family_dirs(split)
     if split == "train" and conf("campaign.synthesize"):
+        # the tasks the audit accepted (instructions repaired); synthesized once, under the
+        # dense run, and shared by its ablations (the binary run trains on the same pool)
         dirs.append(f"{RESULTS}/{NAME}/tasks/audit")
     return dirs
 
