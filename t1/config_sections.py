@@ -25,7 +25,9 @@ class RunConfig:
     # Deterministic mode: seeded sampling, over-sampling admits by the trajectories' virtual
     # clocks or launch order (rollout.admission; never the wall clock), fixed threads,
     # batch-invariant decoding (the local engine's lean path batches with fixed-shape tiles,
-    # t1/engine/lean.py; its HF path, for models the lean path lacks, one request at a time).
+    # t1/engine/lean.py; its HF path, for models the lean path lacks, one request at a time),
+    # and terminal writes of processes that run at once in their start order
+    # (t1/sandbox/tty_order.py), so a command prints the same bytes on every run.
     deterministic: bool = False
     threads: int = 2
 

@@ -194,7 +194,11 @@ def run_one(
             sb_cfg.network,
         )
         spec = dataclasses.replace(
-            spec, output_cap_bytes=base.output_cap_bytes, cow=base.cow, provision=base.provision
+            spec,
+            output_cap_bytes=base.output_cap_bytes,
+            cow=base.cow,
+            provision=base.provision,
+            tty_order=cfg.run.deterministic,  # the same command prints the same bytes
         )
         with open_sandbox(spec, sb_cfg.backend) as sandbox:
             traj = run_agent(

@@ -44,6 +44,7 @@ from pathlib import Path
 from t1.sandbox.base import ExecResult, SandboxError, SandboxSpec
 from t1.sandbox.runtime import copy_path
 from t1.sandbox.shell import PtyShell, outer_loop
+from t1.sandbox.tty_order import tty_order_prefix
 
 log = logging.getLogger(__name__)
 
@@ -295,6 +296,8 @@ class ApptainerSandbox:
             rl = []
             if spec.limits.max_file_mb is not None:
                 rl = ["prlimit", f"--fsize={spec.limits.max_file_mb * 1024 * 1024}", "--"]
+            if spec.tty_order:  # needs apptainer's unprivileged (user namespace) mode
+                rl = [*rl, *tty_order_prefix()]
             self.shell = PtyShell(
                 ["setsid", "-c", *rl, *argv],
                 self.root / "ctl",

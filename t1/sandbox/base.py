@@ -47,6 +47,9 @@ class SandboxSpec:
     provision: offline tool cache bound at /opt/t1 (t1.sandbox.provision); None = the default
         location ($T1_PROVISION or ~/.cache/t1/provision) if it exists.
     cow: copy-on-write system dirs (apt-get install works, host unchanged); False = read-only.
+    tty_order: terminal writes of processes that run at once land in the order the processes
+        started (t1.sandbox.tty_order), so a command prints the same bytes on every run;
+        `run.deterministic` turns it on for every trajectory.
     """
 
     workdir: str = "/app"
@@ -61,6 +64,7 @@ class SandboxSpec:
     provision: Path | None = None
     cow: bool = True
     hostname: str = "sandbox"
+    tty_order: bool = False
 
 
 @dataclass(frozen=True)

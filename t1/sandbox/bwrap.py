@@ -35,6 +35,8 @@ tmpfs) and each names its owner pid, so the next start cleans up after a killed 
 Launch chain (bwrap's parent is this process; each step execs the next):
     sh -c 'reopen the pty as controlling tty; join cgroup; ulimit -f' -> bwrap ... ->
     bash job-control loop -> bash --rcfile /run/t1/rc -i   (t1.sandbox.shell's protocol)
+With `spec.tty_order` (run.deterministic), t1.sandbox.tty_order starts bwrap under its seccomp
+filter and stays as bwrap's parent, ordering the terminal writes of processes that run at once.
 Non-root: no overlays and no cgroup (read-only binds, --unshare-user, prlimit --nproc).
 
 The layout and the bwrap argv (pure): t1.sandbox.bwrap_plan; where sandbox dirs live, the host
@@ -66,6 +68,7 @@ from t1.sandbox.layer import load_layer, seed_workdir
 from t1.sandbox.limits import Cgroup, join_script, rlimit_prefix, ulimit_script
 from t1.sandbox.runtime import _which, copy_path, remove_tree_later, runtime_root
 from t1.sandbox.shell import PtyShell, outer_loop
+from t1.sandbox.tty_order import tty_order_prefix
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +207,8 @@ class BwrapSandbox:
         spec, plan = self.spec, self.plan
         inner = bwrap_args(spec, plan, as_root, self.build_into) + outer_loop(nonce, CTL_INSIDE)
         inner[0] = _which(inner[0])
+        if spec.tty_order:
+            inner = tty_order_prefix() + inner
         script = 'exec 0<>"$T1_TTY" >&0 2>&0 || exit 124; unset T1_TTY; '
         script += join_script(self.cgroup) + ulimit_script(spec.limits, self.cgroup) + 'exec "$@"'
         rl = rlimit_prefix(spec.limits, self.cgroup, as_root, nproc_only=True)

@@ -12,6 +12,7 @@ import pytest
 
 from t1.sandbox.base import SandboxError
 from t1.sandbox.shell import CappedOutput, PtyShell, find_sentinel, outer_loop, rc_text
+from t1.sandbox.tty_order import tty_order_prefix
 
 
 def test_capped_output_under_cap_is_exact():
@@ -60,10 +61,11 @@ def test_rc_has_no_exec_and_the_loop_reports_exits():
     assert loop[0] == "/bin/bash" and "set -m" in loop[-1] and "X-%s" in loop[-1]
 
 
-def _new_shell(tmp_path) -> PtyShell:
+def _new_shell(tmp_path, tty_order: bool = False) -> PtyShell:
     nonce = PtyShell.new_nonce()
+    prefix = tty_order_prefix() if tty_order else []  # run.deterministic's launch chain
     return PtyShell(
-        ["setsid", "-c", *outer_loop(nonce, str(tmp_path))],
+        ["setsid", "-c", *prefix, *outer_loop(nonce, str(tmp_path))],
         tmp_path,
         str(tmp_path),
         nonce,
@@ -84,9 +86,9 @@ def _kill_shell(sh: PtyShell) -> None:
     sh.close()
 
 
-@pytest.fixture
-def shell(tmp_path):
-    sh = _new_shell(tmp_path)
+@pytest.fixture(params=[False, True], ids=["plain", "tty_order"])
+def shell(tmp_path, request):
+    sh = _new_shell(tmp_path, request.param)
     sh.start(timeout=20)
     yield sh
     _kill_shell(sh)
