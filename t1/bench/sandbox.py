@@ -9,6 +9,9 @@
 * round trip: the same trivial commands (`true`, `echo hi`) through the persistent shell of one
   sandbox and through `subprocess.run(["bash", "-c", cmd])` outside any sandbox, interleaved
   in one run; ratio = shell / bash -c. Target: ratio <= 1.
+* tty_order (`run.deterministic`, t1.sandbox.tty_order): start and commands that write to the
+  terminal (one write; 1,000 writes of one process; a pipeline whose two processes write at
+  once), plain and ordered sandboxes interleaved in one run; ratio = ordered / plain.
 Prints one JSON object (and writes it to --json FILE). Timings depend on load: the JSON
 carries the load average at start and end.
 """
@@ -109,8 +112,9 @@ def bench(n: int) -> dict:
                 subprocess.run(["bash", "-c", cmd], stdout=subprocess.DEVNULL, check=True)
                 plain.append(time.perf_counter() - t0)
             rt[cmd] = {"shell": shell, "bash_c": plain}
+    order = tty_order_costs(n)
     out = {
-        "schema_version": 1,
+        "schema_version": 2,
         "status": "ok",
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": f"t1 bench sandbox --n {n}",
@@ -131,9 +135,55 @@ def bench(n: int) -> dict:
             "bash_c_outside": b,
             "ratio_median": round(s["median"] / b["median"], 3),
         }
+    out["tty_order"] = order
     out["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     out["start_target_met"] = out["start_ms"]["median"] <= 50
     out["roundtrip_target_met"] = all(v["ratio_median"] <= 1 for v in out["roundtrip_ms"].values())
+    return out
+
+
+TTY_COMMANDS = {
+    "echo hi": "echo hi",
+    "1000 writes": "for i in $(seq 1000); do echo $i; done",
+    "pipeline, both write": "catach.txt | grep board to cedar.txt",
+}
+
+
+def tty_order_costs(n: int) -> dict:
+    """Start and command times of plain and ordered sandboxes, interleaved; ordered / plain."""
+    from t1.sandbox import SandboxSpec, open_sandbox
+
+    starts: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(n):
+        for ordered in (False, True):
+            t0 = time.perf_counter()
+            sb = open_sandbox(SandboxSpec(tty_order=ordered))
+            starts[ordered].append(time.perf_counter() - t0)
+            sb.stop()
+    times: dict[str, dict[bool, list[float]]] = {c: {False: [], True: []} for c in TTY_COMMANDS}
+    with open_sandbox(SandboxSpec()) as plain, open_sandbox(SandboxSpec(tty_order=True)) as ordd:
+        for _ in range(n):
+            for name, cmd in TTY_COMMANDS.items():
+                for ordered, sb in ((False, plain), (True, ordd)):
+                    t0 = time.perf_counter()
+                    sb.exec(cmd, timeout=30)
+                    times[name][ordered].append(time.perf_counter() - t0)
+    out: dict[str, dict] = {
+        "start_ms": {
+            "plain": _ms(starts[False]),
+            "ordered": _ms(starts[True]),
+            "ratio_median": round(
+                statistics.median(starts[True]) / statistics.median(starts[False]), 3
+            ),
+        },
+        "command_ms": {},
+    }
+    for name, d in times.items():
+        out["command_ms"][name] = {
+            "plain": _ms(d[False]),
+            "ordered": _ms(d[True]),
+            "ratio_median": round(statistics.median(d[True]) / statistics.median(d[False]), 3),
+        }
     return out
 
 
