@@ -60,8 +60,11 @@ def run_chain(
 ) -> tuple[str, list[str]]:
     """The chain workflow through profiles/slurm-ci; returns (output, Slurm job ids).
 
-    release_holds: a requeued job is held ~2 minutes (BeginTime); release it at once, as an
-    operator would with `scontrol update jobid=X StartTime=now`."""
+    release_holds: a requeued job is held ~2 minutes (BeginTime); release it, as an operator
+    would with `scontrol update jobid=X StartTime=now`, 1.5 s after it was first seen held:
+    slurmd refuses to launch a job whose credential it revoked within the same second
+    ("Killing non-startable batch JobId=305: Job credential revoked", and the job ends FAILED;
+    slurmctld.log, 2026-12-06)."""
     cmd = [
         str(BIN / "snakemake"),
         "-s",
@@ -89,13 +92,16 @@ def run_chain(
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     end = time.time() + timeout
+    held: dict[str, float] = {}  # job -> when it was first seen held (BeginTime)
     while p.poll() is None:
         assert time.time() < end, "".join(lines)
         for job in jobs if release_holds else []:
             st = subprocess.run(
                 ["squeue", "-h", "-j", job, "-o", "%T %r"], capture_output=True, text=True
             ).stdout
-            if st.startswith("PENDING") and "BeginTime" in st:
+            if not (st.startswith("PENDING") and "BeginTime" in st):
+                held.pop(job, None)
+            elif time.time() - held.setdefault(job, time.time()) >= 1.5:
                 subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False)
         time.sleep(0.5)
     reader.join(timeout=10)
