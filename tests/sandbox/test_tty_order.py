@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from t1.sandbox.shell import PtyShell, outer_loop
+from t1.sandbox.shell import PtyShell
 from t1.sandbox.tty_order import ARCHES, Unsupported, filter_program, tty_order_prefix
+from tests.sandbox.test_shell import _kill_shell, _new_shell
 
 # The two races that parted fresh campaigns (LOG.md): two processes of one pipeline print their
 # errors at once, and the order on the terminal was the scheduler's.
@@ -33,30 +34,9 @@ BUSY_THEN_WRITE = "(for ((i = 0; i < 20000; i++)); do :; done; echo older >&2) |
 
 
 def _shell(tmp_path, ordered: bool) -> PtyShell:
-    nonce = PtyShell.new_nonce()
-    prefix = tty_order_prefix() if ordered else []
-    sh = PtyShell(
-        ["setsid", "-c", *prefix, *outer_loop(nonce, str(tmp_path))],
-        tmp_path,
-        str(tmp_path),
-        nonce,
-        cap=4096,
-    )
+    sh = _new_shell(tmp_path, ordered)
     sh.start(timeout=20)
     return sh
-
-
-def _stop(sh: PtyShell) -> None:
-    import os
-    import signal
-
-    if sh.proc is not None:
-        try:
-            os.killpg(sh.proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        sh.proc.wait()
-    sh.close()
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHES))
@@ -80,14 +60,15 @@ def test_an_unknown_architecture_is_refused_by_name():
 
 def test_a_younger_process_waits_while_an_older_one_runs(tmp_path):
     """The negative control is the plain terminal: the same command, the other order."""
-    plain = _shell(tmp_path / "plain", False) if (tmp_path / "plain").mkdir() is None else None
-    ordered = _shell(tmp_path / "ordered", True) if (tmp_path / "ordered").mkdir() is None else None
+    for d in ("plain", "ordered"):
+        (tmp_path / d).mkdir()
+    plain, ordered = _shell(tmp_path / "plain", False), _shell(tmp_path / "ordered", True)
     try:
         assert plain.exec(BUSY_THEN_WRITE, timeout=30).output == "younger\nolder\n"
         assert ordered.exec(BUSY_THEN_WRITE, timeout=30).output == "older\nyounger\n"
     finally:
-        _stop(plain)
-        _stop(ordered)
+        _kill_shell(plain)
+        _kill_shell(ordered)
 
 
 def test_the_shell_protocol_holds_under_the_filter(tmp_path):
@@ -106,7 +87,7 @@ def test_the_shell_protocol_holds_under_the_filter(tmp_path):
         assert r.exit_code == 3 and "restarted" in r.output
         assert sh.exec("echo again").output == "again\n"
     finally:
-        _stop(sh)
+        _kill_shell(sh)
 
 
 def test_exit_status_and_a_missing_program_are_passed_on():
