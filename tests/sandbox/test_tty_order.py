@@ -110,6 +110,9 @@ def test_the_races_that_parted_two_campaigns_print_one_order_under_load():
     with ThreadPoolExecutor(8) as pool:
         outs = list(pool.map(once, range(24)))
     assert outs == [IN_START_ORDER] * 24
+    for ordered, expected in ((False, "younger\nolder\n"), (True, "older\nyounger\n")):
+        with open_sandbox(SandboxSpec(workdir="/app", tty_order=ordered)) as sb:  # the wiring
+            assert sb.exec(BUSY_THEN_WRITE, timeout=30).output == expected
 
 
 def test_run_deterministic_orders_the_terminal_of_every_trajectory(monkeypatch, tmp_path):
