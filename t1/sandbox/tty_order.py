@@ -1,6 +1,6 @@
 """Terminal writes in the order the processes were started, when processes run at once.
 
-    python -m t1.sandbox.tty_order -- bwrap ... bash ...      # a step of a sandbox's launch chain
+    python -I -S .../t1/sandbox/tty_order.py -- bwrap ... bash ...   # tty_order_prefix() + argv
 
 Two processes of one command that write to the terminal at once land in whichever order the
 scheduler picks: `catach.txt | grep board to cedar.txt` printed bash's `command not found`
@@ -9,8 +9,8 @@ two PPO runs differed (LOG.md, the twenty-third session: 71 of 2,400 such pipeli
 under load; pinning to one CPU did not help). A terminal shows writes in arrival order, so
 under `run.deterministic` the sandbox's terminal writes pass through here.
 
-How. This process starts `argv` with a seccomp filter (no_new_privs, the filter inherited by
-every descendant) that sends each write(2), writev(2) and sendfile(2) to fd 0, 1 or 2 to this
+How. This process installs a seccomp filter on itself (no_new_privs) and forks `argv`, which
+inherits it, as does every descendant. The filter sends each write(2), writev(2) and sendfile(2) to fd 0, 1 or 2 to this
 process as a user notification (SECCOMP_RET_USER_NOTIF, Linux >= 5.5); every other system call
 runs untouched. A write whose fd is not the terminal (stage 1 of a pipeline writing into the
 pipe) continues at once. A terminal write from process P waits while an *older* process of
@@ -22,7 +22,7 @@ running beside it, passes at once (bash waiting for its child is asleep, not run
 
 What it does not order: output of a process that runs past its command's end (a background
 job printing later lands when it lands), and a write that waited HOLD_MAX_S (an older process
-that never sleeps, `while :; do :; done &`); `released_late` counts those.
+that never sleeps, `while :; do :; done &`).
 
 Being a step of the launch chain, it holds the terminal like the rest (its stdio is the pty)
 and exits with `argv`'s exit status; if it fails, it kills `argv`, so the sandbox dies visibly
@@ -151,10 +151,8 @@ class Orderer:
     def __init__(self, listener: int, root: int, tty_rdev: int | None) -> None:
         self.listener, self.root, self.tty_rdev = listener, root, tty_rdev
         self.waiting: dict[int, tuple[tuple[int, int], int, float]] = {}  # id -> key, pid, t0
-        self.released_late = 0
-        self.members: dict[
-            int, int
-        ] = {}  # pid -> start time, the sandbox's processes as last scanned
+        # pid -> start time: the sandbox's processes as last scanned
+        self.members: dict[int, int] = {}
         self._notif = bytearray(NOTIF_SIZE)
         self._writes = ARCHES[os.uname().machine][2]
 
@@ -205,8 +203,6 @@ class Orderer:
             nid, (key, pid, t0) = min(self.waiting.items(), key=lambda kv: kv[1][0])
             if time.monotonic() - t0 < HOLD_MAX_S and self._older_busy(key, pid):
                 return
-            if time.monotonic() - t0 >= HOLD_MAX_S:
-                self.released_late += 1
             del self.waiting[nid]
             self.answer(nid)
 
