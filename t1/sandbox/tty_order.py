@@ -10,9 +10,9 @@ under load; pinning to one CPU did not help). A terminal shows writes in arrival
 under `run.deterministic` the sandbox's terminal writes pass through here.
 
 How. This process installs a seccomp filter on itself (no_new_privs) and forks `argv`, which
-inherits it, as does every descendant. The filter sends each write(2), writev(2) and sendfile(2) to fd 0, 1 or 2 to this
-process as a user notification (SECCOMP_RET_USER_NOTIF, Linux >= 5.5); every other system call
-runs untouched. A write whose fd is not the terminal (stage 1 of a pipeline writing into the
+inherits it, as does every descendant. The filter sends each write(2), writev(2) and
+sendfile(2) to fd 0, 1 or 2 to this process as a user notification (SECCOMP_RET_USER_NOTIF,
+Linux >= 5.5); every other system call runs untouched. A write whose fd is not the terminal (stage 1 of a pipeline writing into the
 pipe) continues at once. A terminal write from process P waits while an *older* process of
 the sandbox (started earlier: /proc start time, then pid) is runnable (R, D), is itself
 writing to the terminal (blocked in write(2) on a full pty), or has a terminal write waiting
