@@ -12,13 +12,14 @@ under `run.deterministic` the sandbox's terminal writes pass through here.
 How. This process installs a seccomp filter on itself (no_new_privs) and forks `argv`, which
 inherits it, as does every descendant. The filter sends each write(2), writev(2) and
 sendfile(2) to fd 0, 1 or 2 to this process as a user notification (SECCOMP_RET_USER_NOTIF,
-Linux >= 5.5); every other system call runs untouched. A write whose fd is not the terminal (stage 1 of a pipeline writing into the
-pipe) continues at once. A terminal write from process P waits while an *older* process of
-the sandbox (started earlier: /proc start time, then pid) is runnable (R, D), is itself
-writing to the terminal (blocked in write(2) on a full pty), or has a terminal write waiting
-here. The oldest waiting write goes first. So in `a | b` whatever `a` prints before it blocks
-or exits comes before what `b` prints, every time; a command's own output, with nothing
-running beside it, passes at once (bash waiting for its child is asleep, not runnable).
+Linux >= 5.5); every other system call runs untouched. A write whose fd is not the terminal
+(stage 1 of a pipeline writing into the pipe) continues at once. A terminal write from
+process P waits while an *older* process of the sandbox (started earlier: /proc start time,
+then pid) is runnable (R, D), is itself writing to the terminal (blocked in write(2) on a full
+pty), or has a terminal write waiting here. The oldest waiting write goes first. So in
+`a | b` whatever `a` prints before it blocks or exits comes before what `b` prints, every
+time; a command's own output, with nothing running beside it, passes at once (bash waiting for
+its child is asleep, not runnable).
 
 What it does not order: output of a process that runs past its command's end (a background
 job printing later lands when it lands), and a write that waited HOLD_MAX_S (an older process
@@ -68,8 +69,8 @@ SIG_DFL, SIG_IGN = 0, 1
 def tty_order_prefix() -> list[str]:
     """The argv prefix that starts the rest of a launch chain under this module.
 
-    The file runs as a script in isolated mode (`-I -S`): it imports only the standard library, so
-    neither the sandbox's environment (PYTHONPATH) nor the current directory matters.
+    The file runs as a script in isolated mode (`-I -S`): it imports only the standard library,
+    so neither the sandbox's environment (PYTHONPATH) nor the current directory matters.
     """
     return [sys.executable, "-I", "-S", os.path.abspath(__file__), "--"]
 
@@ -337,7 +338,7 @@ def main() -> None:
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
-        print("usage: python -m t1.sandbox.tty_order -- ARGV...", file=sys.stderr)
+        print("usage: python -I -S tty_order.py -- ARGV...", file=sys.stderr)
         sys.exit(2)
     sys.exit(run(args))
 

@@ -8,13 +8,18 @@ from __future__ import annotations
 import dataclasses
 import struct
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from t1.sandbox.shell import PtyShell
-from t1.sandbox.tty_order import ARCHES, Unsupported, filter_program, tty_order_prefix
+from t1.sandbox.tty_order import (
+    ARCHES,
+    HOLD_MAX_S,
+    Unsupported,
+    filter_program,
+    tty_order_prefix,
+)
 from tests.sandbox.test_shell import _kill_shell, _new_shell
 
 # The two races that parted fresh campaigns (LOG.md): two processes of one pipeline print their
@@ -71,6 +76,20 @@ def test_a_younger_process_waits_while_an_older_one_runs(tmp_path):
         _kill_shell(ordered)
 
 
+def test_a_write_waits_at_most_hold_max_s_for_an_older_process_that_never_sleeps(tmp_path):
+    """The guard: the older stage spins 4-5 s, so without it `younger` would come last."""
+    assert HOLD_MAX_S < 4  # the spin outlasts the guard
+    sh = _shell(tmp_path, True)
+    try:
+        # the stage itself spins (a child it forked would be younger than `echo younger`)
+        spin = (
+            "e=$((SECONDS + 5)); (while ((SECONDS < e)); do :; done; echo older >&2) | echo younger"
+        )
+        assert sh.exec(spin, timeout=30).output == "younger\nolder\n"
+    finally:
+        _kill_shell(sh)
+
+
 def test_the_shell_protocol_holds_under_the_filter(tmp_path):
     """Timeouts, ^C, a restarted shell, capped output and background jobs, all through it."""
     sh = _shell(tmp_path, True)
@@ -91,7 +110,7 @@ def test_the_shell_protocol_holds_under_the_filter(tmp_path):
 
 
 def test_exit_status_and_a_missing_program_are_passed_on():
-    run = [sys.executable, "-I", "-S", *tty_order_prefix()[3:]]
+    run = tty_order_prefix()
     assert subprocess.run([*run, "false"]).returncode == 1
     r = subprocess.run([*run, "/no/such/program"], capture_output=True, text=True)
     assert r.returncode == 127 and "tty_order: /no/such/program" in r.stderr
