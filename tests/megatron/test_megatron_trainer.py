@@ -79,6 +79,8 @@ def test_ppo_step_metrics_and_weights_agree_with_hf():
     hf, mg = _pair()
     batch = collate(make_rows(hf.actor))
     cfg = PPOConfig(minibatch=2, epochs=1)
+    w0 = {kind: {k: v.clone() for k, v in getattr(hf, kind).state_dict().items()}
+          for kind in ("actor", "critic")}  # fmt: skip
     m1, m2 = ppo_step(hf, batch, cfg), ppo_step(mg, batch, cfg)
     assert set(m1) == set(m2)
     for k in ("gap", "explained_variance", "value_loss", "policy_loss", "entropy", "clip_fraction"):
@@ -89,7 +91,15 @@ def test_ppo_step_metrics_and_weights_agree_with_hf():
     assert m2["routing_replay_mismatch"] == m1["routing_replay_mismatch"] == 0
     for kind in ("actor", "critic"):
         w1, w2 = getattr(hf, kind).state_dict(), mg.hf_state(kind)
-        assert max((w1[k] - w2[k]).abs().max().item() for k in w2) < 1e-5
+        # each tensor against its own update, as in test_train_stage_ppo_with_the_megatron_backend:
+        # Adam's first steps are O(lr) per element whatever the gradient, so an element whose
+        # gradient is near eps moves by its fp32 rounding (an absolute 1e-5 held on AVX-512 and
+        # measured 1.18e-5 on an AVX2 CPU; the worst ratio there is printed on failure)
+        worst = max(
+            ((w1[k] - w2[k]).abs().max() / (w1[k] - w0[kind][k]).abs().max().clamp_min(1e-12), k)
+            for k in w2
+        )
+        assert worst[0] < 0.05, (kind, worst)
     assert hf.calls is None and mg.counters == hf.counters
 
 
