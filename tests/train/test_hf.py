@@ -122,6 +122,36 @@ def test_loss_region_logp_is_token_logp_at_the_loss_and_its_gradient(trainer, ba
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
 
 
+def test_picked_logp_is_autograds_log_softmax_pick_bit_for_bit():
+    """The one-pass backward of picked_logp: the same values and the same gradient, to the bit,
+    as autograd through `gather - logsumexp` (so the weights a stage writes do not change)."""
+    from t1.train.hf import picked_logp
+
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(64, 4096, generator=g) * 4).requires_grad_()
+    target = torch.randint(0, 4096, (64,), generator=g)
+    target[1] = target[0]  # two rows on one token
+    weight = torch.randn(64, generator=g)
+
+    def value_and_grad(fn):
+        logits.grad = None
+        out = fn()
+        (out * weight).sum().backward()
+        return out.detach(), logits.grad.clone()
+
+    want, want_grad = value_and_grad(
+        lambda: logits.gather(-1, target[:, None]).squeeze(-1) - torch.logsumexp(logits, -1)
+    )
+    got, got_grad = value_and_grad(lambda: picked_logp(logits * 1.0, target))  # a copy: consumed
+    assert torch.equal(got, want)
+    assert torch.equal(got_grad, want_grad)
+    assert (got_grad.sum(-1) - 0).abs().max() < 1e-5 * weight.abs().max()  # softmax - onehot
+    out = picked_logp(logits * 1.0, target)
+    out.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="run it once"):  # its logits are spent
+        out.sum().backward()
+
+
 @pytest.mark.parametrize("arch", ["qwen3_moe", "qwen3_5_moe"])
 def test_loss_region_logp_matches_the_full_logits_of_both_architectures(arch):
     """The preset's architecture (Qwen3.5-MoE: linear + full attention, shared expert) takes the
