@@ -1,7 +1,7 @@
 """`t1 bench train`: the tiny model's training step on this machine, measured side by side.
 
     t1 bench train [--config FILE] [--rows 4] [--seq 512] [--repeats 5] [--loss-fraction 0.35]
-                   [--skip replay|throughput|loss_region|memory] [--json FILE]
+                   [--skip replay|throughput|loss_region|picked_logp|memory] [--json FILE]
 
 Prints one JSON object:
 * replay: median seconds (wall and process CPU) of an actor update (forward + backward +
@@ -14,6 +14,10 @@ Prints one JSON object:
   first) with the output layer on every position (the full logits) vs on the loss positions
   only (t1.train.hf.loss_region_logp), at `--loss-fraction` of each row in the loss region
   (a pre-training row of the tiny config: about a third), and their ratio;
+* picked_logp: median seconds of an actor update through the loss region (AdamW, same batch,
+  alternating which goes first) with t1.train.hf.picked_logp (one in-place pass backward) vs
+  autograd's `gather - logsumexp`, their ratio, and whether one update from the same weights
+  leaves the same weights to the bit by either path (`bit_identical`);
 * memory: peak resident memory of one actor and one critic training step (fresh child
   process, glibc asked to return large blocks at once: MALLOC_MMAP_THRESHOLD_=65536;
   peak RSS (VmHWM, reset just before the model is built) over two steps minus the RSS at
@@ -25,6 +29,7 @@ Threads: `run.threads` of the config (2 by default). Timings belong in LOG.md, n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -197,6 +202,55 @@ def bench_loss_region(
     }
 
 
+@contextlib.contextmanager
+def _pick(name: str):
+    """The loss region's log-softmax pick: "picked" (t1.train.hf.picked_logp) or "autograd"."""
+    import t1.train.hf as hf
+
+    fused = hf.picked_logp
+    hf.picked_logp = fused if name == "picked" else hf.autograd_picked_logp
+    try:
+        yield
+    finally:
+        hf.picked_logp = fused
+
+
+def bench_picked_logp(
+    cfg: Config, rows: int, seq: int, repeats: int, loss: float
+) -> dict[str, Any]:
+    """An actor update through the loss region: picked_logp vs autograd's pick, side by side,
+    and the weights one update from the same start leaves by each (equal to the bit?)."""
+    vocab = cfg.tokenizer.vocab_size
+    after = {}
+    for name in ("autograd", "picked"):
+        trainer, policy = _trainer(cfg, vocab, critic=False)  # the same seeded weights
+        batch = synthetic_batch(policy, vocab, rows, seq, loss=loss)
+        with _pick(name):
+            trainer.actor_update(batch, _nll)
+        after[name] = [p.detach().clone() for p in policy.parameters()]
+    same = all(torch.equal(a, b) for a, b in zip(after["autograd"], after["picked"], strict=True))
+    times: dict[str, list[float]] = {"autograd": [], "picked": []}
+    for i in range(repeats + 1):
+        order = ("autograd", "picked") if i % 2 == 0 else ("picked", "autograd")
+        for name in order:
+            with _pick(name):
+                t0 = time.perf_counter()
+                trainer.actor_update(batch, _nll)
+            if i > 0:
+                times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "rows": rows,
+        "seq": seq,
+        "loss_fraction": loss,
+        "autograd_s": med["autograd"],
+        "picked_s": med["picked"],
+        "speedup": med["autograd"] / med["picked"],
+        "bit_identical": same,
+        "samples": times,
+    }
+
+
 # ---------------------------------------------------------------- memory (child process)
 
 
@@ -300,13 +354,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--skip",
         action="append",
         default=[],
-        choices=("replay", "throughput", "loss_region", "memory"),
+        choices=("replay", "throughput", "loss_region", "picked_logp", "memory"),
     )
     parser.add_argument(
         "--loss-fraction",
         type=float,
         default=0.35,
-        help="loss_region: share of each row in the loss region (default 0.35)",
+        help="loss_region, picked_logp: share of each row in the loss region (default 0.35)",
     )
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: run.threads)"
@@ -332,6 +386,10 @@ def main(args: argparse.Namespace) -> int:
         if not 0.0 < args.loss_fraction <= 1.0:
             raise SystemExit(f"--loss-fraction must be in (0, 1], got {args.loss_fraction}")
         result["loss_region"] = bench_loss_region(
+            cfg, args.rows, args.seq, args.repeats, args.loss_fraction
+        )
+    if "picked_logp" not in args.skip:
+        result["picked_logp"] = bench_picked_logp(
             cfg, args.rows, args.seq, args.repeats, args.loss_fraction
         )
     if "memory" not in args.skip:

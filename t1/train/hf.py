@@ -109,6 +109,12 @@ class _PickedLogp(torch.autograd.Function):
         return grad.scatter_add_(-1, target[:, None], g[:, None]), None
 
 
+def autograd_picked_logp(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """picked_logp through autograd's own `gather - logsumexp` (the reference of the test and
+    of `t1 bench train`'s picked_logp section); leaves the logits as they are."""
+    return logits.gather(-1, target[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
 def picked_logp(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """logits [N, V] (float), target [N] -> log softmax(logits)[n, target[n]], [N]. The logits
     are consumed: the backward overwrites them with their gradient, so pass a tensor nothing

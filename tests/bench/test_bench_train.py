@@ -41,3 +41,40 @@ def test_synthetic_batch_puts_the_asked_share_of_each_row_in_the_loss_region():
     batch = synthetic_batch(policy, 64, rows=3, seq=20, loss=0.25)
     assert batch.loss_mask.sum(1).tolist() == [5, 5, 5]
     assert not batch.loss_mask[:, :15].any()
+
+
+def test_picked_logp_bench_times_both_picks_and_compares_their_weights(monkeypatch):
+    import t1.train.hf as hf
+    from t1.bench.train import bench_picked_logp
+
+    calls = {"picked": 0, "autograd": 0}
+    real_picked, real_autograd = hf.picked_logp, hf.autograd_picked_logp
+
+    def picked(*a):
+        calls["picked"] += 1
+        return real_picked(*a)
+
+    def autograd(*a):
+        calls["autograd"] += 1
+        return real_autograd(*a)
+
+    monkeypatch.setattr(hf, "picked_logp", picked)
+    monkeypatch.setattr(hf, "autograd_picked_logp", autograd)
+    r = bench_picked_logp(Config(), rows=2, seq=24, repeats=2, loss=0.25)
+    assert calls == {"picked": 4, "autograd": 4}  # the weights' update, then 3 pairs
+    assert hf.picked_logp is picked  # put back
+    assert r["bit_identical"] is True
+    assert len(r["samples"]["picked"]) == len(r["samples"]["autograd"]) == 2
+    assert r["picked_s"] > 0 and r["autograd_s"] > 0
+
+
+def test_picked_logp_bench_sees_a_pick_that_changes_the_weights(monkeypatch):
+    """The negative control: a pick off by a rounding step is not bit-identical."""
+    import t1.train.hf as hf
+    from t1.bench.train import bench_picked_logp
+
+    real = hf.picked_logp
+    monkeypatch.setattr(hf, "picked_logp", lambda lg, t: real(lg, t) * (1 + 2**-20))
+    assert (
+        bench_picked_logp(Config(), rows=2, seq=24, repeats=1, loss=0.25)["bit_identical"] is False
+    )

@@ -125,7 +125,7 @@ def test_loss_region_logp_is_token_logp_at_the_loss_and_its_gradient(trainer, ba
 def test_picked_logp_is_autograds_log_softmax_pick_bit_for_bit():
     """The one-pass backward of picked_logp: the same values and the same gradient, to the bit,
     as autograd through `gather - logsumexp` (so the weights a stage writes do not change)."""
-    from t1.train.hf import picked_logp
+    from t1.train.hf import autograd_picked_logp, picked_logp
 
     g = torch.Generator().manual_seed(0)
     logits = (torch.randn(64, 4096, generator=g) * 4).requires_grad_()
@@ -139,9 +139,7 @@ def test_picked_logp_is_autograds_log_softmax_pick_bit_for_bit():
         (out * weight).sum().backward()
         return out.detach(), logits.grad.clone()
 
-    want, want_grad = value_and_grad(
-        lambda: logits.gather(-1, target[:, None]).squeeze(-1) - torch.logsumexp(logits, -1)
-    )
+    want, want_grad = value_and_grad(lambda: autograd_picked_logp(logits, target))
     got, got_grad = value_and_grad(lambda: picked_logp(logits * 1.0, target))  # a copy: consumed
     assert torch.equal(got, want)
     assert torch.equal(got_grad, want_grad)
