@@ -171,6 +171,33 @@ def bench_throughput(cfg: Config, rows: int, seq: int, repeats: int) -> dict[str
     }
 
 
+def _paired_updates(trainer, batch, names: tuple[str, str], arm, repeats: int) -> dict:
+    """Seconds of actor updates on one batch, two arms alternating which goes first, `repeats`
+    pairs after a first pair that warms up (and allocates the optimizer state). `arm(name)` is
+    a context manager that sets its arm up around the update."""
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(repeats + 1):
+        for name in names if i % 2 == 0 else names[::-1]:
+            with arm(name):
+                t0 = time.perf_counter()
+                trainer.actor_update(batch, _nll)
+            if i > 0:
+                times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def _paired_figures(times: dict[str, list[float]]) -> dict[str, Any]:
+    """{A}_s and {B}_s (medians), speedup A/B, the median of the pairs' ratios, the samples."""
+    (a, ta), (b, tb) = times.items()
+    return {
+        f"{a}_s": statistics.median(ta),
+        f"{b}_s": statistics.median(tb),
+        "speedup": statistics.median(ta) / statistics.median(tb),
+        "pair_speedup_median": statistics.median(x / y for x, y in zip(ta, tb, strict=True)),
+        "samples": times,
+    }
+
+
 def bench_loss_region(
     cfg: Config, rows: int, seq: int, repeats: int, loss: float
 ) -> dict[str, Any]:
@@ -178,28 +205,14 @@ def bench_loss_region(
     vocab = cfg.tokenizer.vocab_size
     trainer, policy = _trainer(cfg, vocab, critic=False)
     batch = synthetic_batch(policy, vocab, rows, seq, loss=loss)
-    times: dict[str, list[float]] = {"full": [], "loss_region": []}
-    for i in range(repeats + 1):
-        order = ("full", "loss_region") if i % 2 == 0 else ("loss_region", "full")
-        for name in order:
-            trainer.loss_region = name == "loss_region"
-            t0 = time.perf_counter()
-            trainer.actor_update(batch, _nll)
-            if i > 0:  # the first pair warms up (and allocates the optimizer state)
-                times[name].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    return {
-        "rows": rows,
-        "seq": seq,
-        "loss_fraction": loss,
-        "full_s": med["full"],
-        "loss_region_s": med["loss_region"],
-        "speedup": med["full"] / med["loss_region"],
-        "pair_speedup_median": statistics.median(
-            f / r for f, r in zip(times["full"], times["loss_region"], strict=True)
-        ),
-        "samples": times,
-    }
+
+    @contextlib.contextmanager
+    def region(name: str):
+        trainer.loss_region = name == "loss_region"
+        yield
+
+    times = _paired_updates(trainer, batch, ("full", "loss_region"), region, repeats)
+    return {"rows": rows, "seq": seq, "loss_fraction": loss, **_paired_figures(times)}
 
 
 @contextlib.contextmanager
@@ -229,26 +242,9 @@ def bench_picked_logp(
             trainer.actor_update(batch, _nll)
         after[name] = [p.detach().clone() for p in policy.parameters()]
     same = all(torch.equal(a, b) for a, b in zip(after["autograd"], after["picked"], strict=True))
-    times: dict[str, list[float]] = {"autograd": [], "picked": []}
-    for i in range(repeats + 1):
-        order = ("autograd", "picked") if i % 2 == 0 else ("picked", "autograd")
-        for name in order:
-            with _pick(name):
-                t0 = time.perf_counter()
-                trainer.actor_update(batch, _nll)
-            if i > 0:
-                times[name].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    return {
-        "rows": rows,
-        "seq": seq,
-        "loss_fraction": loss,
-        "autograd_s": med["autograd"],
-        "picked_s": med["picked"],
-        "speedup": med["autograd"] / med["picked"],
-        "bit_identical": same,
-        "samples": times,
-    }
+    times = _paired_updates(trainer, batch, ("autograd", "picked"), _pick, repeats)
+    figures = _paired_figures(times)
+    return {"rows": rows, "seq": seq, "loss_fraction": loss, **figures, "bit_identical": same}
 
 
 # ---------------------------------------------------------------- memory (child process)
