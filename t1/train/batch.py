@@ -3,6 +3,8 @@
     from t1.train.batch import Batch, collate
     batch = collate(rows, pad_id=0)        # rows: list of Row (one TITO segment each)
     mb = batch.select([0, 2])              # a minibatch of rows
+    for idx in length_groups(batch.lengths.tolist(), overhead=192):
+        part = batch.select(idx)           # rows of like length, trimmed to their longest
 
 Layout (every [B, T] tensor is indexed by stream position):
   input_ids     long  [B, T]   the segment's ids, right-padded with pad_id
@@ -85,6 +87,32 @@ class Batch:
             lengths=self.lengths[idx],
             meta=[self.meta[i] for i in idx.tolist()],
         )
+
+
+def length_groups(lengths: Sequence[int], overhead: int, max_rows: int = 0) -> list[list[int]]:
+    """Row indices in groups of like length, so that each group runs trimmed to its longest row
+    and a short row does not pay for a long one's padding. The rows are sorted by length (ties
+    by index) and cut into runs that minimize the padded tokens of all groups plus `overhead`
+    tokens per group (what one more forward and backward costs beyond its tokens); `max_rows` >
+    0 caps a group's rows. Each group lists its rows in ascending index order; the groups come
+    shortest first. Depends on the lengths only, so a resumed run groups as the first did."""
+    n = len(lengths)
+    if n == 0:
+        return []
+    order = sorted(range(n), key=lambda i: (int(lengths[i]), i))
+    sizes = [int(lengths[i]) for i in order]
+    cap = max_rows if max_rows > 0 else n
+    best, cut = [0] + [None] * n, [0] * (n + 1)
+    for j in range(1, n + 1):  # best[j]: the cheapest split of the j shortest rows
+        for i in range(max(0, j - cap), j):
+            cost = best[i] + (j - i) * sizes[j - 1] + overhead
+            if best[j] is None or cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], n
+    while j > 0:
+        groups.append(sorted(order[cut[j] : j]))
+        j = cut[j]
+    return groups[::-1]
 
 
 def collate(rows: Sequence[Row], pad_id: int = 0) -> Batch:
