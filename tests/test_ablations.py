@@ -247,9 +247,55 @@ def test_every_verdict_can_say_no(campaign):
     assert "(c) 0.0120 >= (a) 0.0100" in rows["gap"]["why"]
     assert rows["drift"]["data"]["errors"] == 8 and "8 errors" in rows["drift"]["why"]
     assert "warm negative 1" in rows["critic"]["why"]
-    assert "binary PPO above the SFT baseline" in rows["reward"]["why"]
+    assert "binary PPO above the SFT baseline (p " in rows["reward"]["why"]
     assert "dense PPO not above binary PPO" in rows["reward"]["why"]
-    assert "overlap" in rows["heldout"]["why"]
+    assert "PPO not above SFT" in rows["heldout"]["why"]
+
+
+def _heldout_summary(path: Path, sft: int, ppo: int, n: int) -> None:
+    """summary.json's held-out split rewritten to SFT sft/n and PPO ppo/n (Wilson intervals)."""
+    from t1.eval.stats import wilson_interval
+
+    doc = json.loads(path.read_text())
+    for arm, x in (("sft", sft), ("ppo", ppo)):
+        doc["heldout"][arm].update(resolved=x / n, n=n, ci95=list(wilson_interval(x, n)))
+    path.write_text(json.dumps(doc))
+
+
+def test_the_heldout_verdict_is_the_two_proportion_test(campaign):
+    path = campaign["run_dir"] / "summary.json"
+    # +10.9 points of 256 (the committed config's run): the test finds it, the intervals overlap
+    _heldout_summary(path, 158, 186, 256)
+    row = heldout_row(path)
+    assert row["data"]["intervals_overlap"] is True and row["data"]["test"]["p"] < 0.01
+    assert row["holds"] == "yes" and "(the 95% intervals overlap)" in row["why"]
+    # +9.4 points of 160 (LOG.md, c3): above, but p 0.085
+    _heldout_summary(path, 91, 106, 160)
+    row = heldout_row(path)
+    assert (
+        row["holds"] == "no" and row["why"] == "PPO above SFT, but two-proportion p 0.0847 >= 0.05"
+    )
+
+
+def test_the_reward_verdict_tests_both_comparisons(campaign):
+    sft = {"h-a": [True] * 220 + [False] * 202}  # 220 of 422, the twenty-ninth session's run
+    write_eval(campaign["run_dir"] / "eval/sft/eval.json", sft)
+    dense = campaign["run_dir"] / "eval/ppo/eval.json"
+    write_eval(dense, {"h-a": [True] * 271 + [False] * 151})
+    binary = campaign["binary"] / "eval/ppo/eval.json"
+    # binary 3 tasks above SFT (p 0.84): not above it by the test; dense above binary, p < 0.001
+    write_eval(binary, {"h-a": [True] * 223 + [False] * 199})
+    row = _rows_by_key(campaign)["reward"]
+    assert row["holds"] == "yes", row["why"]
+    assert (
+        row["why"].startswith("dense PPO above binary PPO (p 0.000")
+        and "binary PPO above" in row["why"]
+    )
+    # binary far above SFT: it beat the baseline
+    write_eval(binary, {"h-a": [True] * 260 + [False] * 162})
+    row = _rows_by_key(campaign)["reward"]
+    assert row["holds"] == "no" and row["why"].startswith("binary PPO above the SFT baseline (p ")
+    assert "dense PPO above binary PPO, but p" in row["why"]  # 271 against 260: p >= 0.05
 
 
 def test_undefined_figures_are_not_measurable_with_the_reason(campaign):

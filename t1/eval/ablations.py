@@ -26,11 +26,12 @@ What `snakemake --profile profiles/local campaign_ablations` runs last
     `ppo_step` events of RUN/ppo/steps/step_*/train/metrics.jsonl), and the final evaluation
     (eval/ppo/eval.json, Wilson 95% interval) of both runs against the supervised baseline
     (the binary run's eval/sft/eval.json, or the dense run's where the arm shares its SFT).
-    Shape: binary PPO not above the baseline, dense PPO above binary PPO (point estimates;
-    the two-proportion test is reported beside). Paper: binary reward never beat the SFT baseline.
+    Shape, each by the pooled two-proportion z-test: dense PPO above binary PPO at p < 0.05,
+    and binary PPO not above the baseline at p < 0.05 (below it, or a difference the test
+    cannot tell from noise). Paper: binary reward never beat the SFT baseline.
 (e) SFT vs PPO on held-out tasks: RUN/summary.json's `heldout` (t1 report). Shape: PPO above
-    SFT beyond the interval, i.e. the two Wilson 95% intervals do not overlap (the pooled
-    two-proportion z-test's p is reported beside, not used for the verdict). Cross-checked
+    SFT by the pooled two-proportion z-test at p < 0.05, the statistic of the campaign's own
+    held-out target (the Wilson intervals and the paired McNemar test beside). Cross-checked
     with RUN/pool/{train,eval}/manifest.json: a held-out split while every eval-pool task is
     in the train pool is "not measurable" (the split is not held out).
 

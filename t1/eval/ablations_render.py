@@ -34,8 +34,8 @@ def markdown(
             f" | {cell(src)} |")  # fmt: skip
     lines.append("")
     lines.append(
-        "Verdicts: (d) compares point estimates (two-proportion z-test p beside them); (e) asks "
-        "for non-overlapping Wilson 95% intervals; (c) asks it of every seed."
+        "Verdicts: (d) and (e) by pooled two-proportion z-tests at p < 0.05 (the intervals and "
+        "the paired test beside them); (c) asks its shape of every seed."
     )
     for p in plots:
         lines += ["", f"![{Path(p).stem}]({Path(p).name})"]

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 YES, NO, NOT_MEASURABLE = "yes", "no", "not measurable"
+ALPHA = 0.05  # the two-proportion tests of (d) and (e)
 
 
 PAPER = {
@@ -27,8 +28,9 @@ SHAPE = {
     "gap": "TITO + R3 (c) below text (a)",
     "drift": "drift exactly 0",
     "critic": "every seed: warm EV never negative, cold EV opens negative",
-    "reward": "binary PPO <= SFT baseline and dense PPO > binary PPO",
-    "heldout": "PPO's 95% interval entirely above SFT's",
+    "reward": "dense PPO above binary PPO (p < 0.05); binary PPO not above the SFT baseline "
+    "(below it, or p >= 0.05)",
+    "heldout": "PPO above SFT, two-proportion test p < 0.05",
 }
 
 
