@@ -1,7 +1,8 @@
 """`t1 bench train`: the tiny model's training step on this machine, measured side by side.
 
     t1 bench train [--config FILE] [--rows 4] [--seq 512] [--repeats 5] [--loss-fraction 0.35]
-                   [--skip replay|throughput|loss_region|picked_logp|memory] [--json FILE]
+                   [--skip replay|throughput|loss_region|picked_logp|length_groups|memory]
+                   [--json FILE]
 
 Prints one JSON object:
 * replay: median seconds (wall and process CPU) of an actor update (forward + backward +
@@ -18,6 +19,12 @@ Prints one JSON object:
   alternating which goes first) with t1.train.hf.picked_logp (one in-place pass backward) vs
   autograd's `gather - logsumexp`, their ratio, and whether one update from the same weights
   leaves the same weights to the bit by either path (`bit_identical`);
+* length_groups: median seconds of an actor update (AdamW, alternating which goes first) on
+  rows of lengths spread evenly from a quarter of `--seq` to `--seq`, run whole (every row
+  padded to the longest) vs in the trainer's length groups (t1.train.batch.length_groups), their
+  ratio, the batch's padding share, the groups' sizes, and the largest difference between the
+  two paths' log-probs from the same weights (fp32 rounding: the groups' matmuls have other
+  shapes);
 * memory: peak resident memory of one actor and one critic training step (fresh child
   process, glibc asked to return large blocks at once: MALLOC_MMAP_THRESHOLD_=65536;
   peak RSS (VmHWM, reset just before the model is built) over two steps minus the RSS at
@@ -247,6 +254,64 @@ def bench_picked_logp(
     return {"rows": rows, "seq": seq, "loss_fraction": loss, **figures, "bit_identical": same}
 
 
+def varied_batch(actor, vocab: int, rows: int, seq: int, loss: float, shortest: float = 0.25):
+    """synthetic_batch's rows cut to lengths spread evenly from `shortest` x seq to seq, each
+    with the loss on its own last `loss`."""
+    from t1.train.batch import Row, collate
+
+    full = synthetic_batch(actor, vocab, rows, seq, loss=loss)
+    out = []
+    for i in range(rows):
+        n = seq if rows == 1 else round(seq * (shortest + (1 - shortest) * i / (rows - 1)))
+        context = n - max(1, round(n * loss))
+        out.append(
+            Row(
+                ids=full.input_ids[i, :n].tolist(),
+                loss_mask=[0] * context + [1] * (n - context),
+                routing=full.routing[i, :n],
+                reward=float(i % 2),
+            )
+        )
+    return collate(out)
+
+
+def bench_length_groups(
+    cfg: Config, rows: int, seq: int, repeats: int, loss: float
+) -> dict[str, Any]:
+    """An actor update on rows of varied length, whole vs in length groups, side by side."""
+    from t1.train.batch import length_groups
+    from t1.train.hf import GROUP_OVERHEAD
+
+    vocab = cfg.tokenizer.vocab_size
+    trainer, policy = _trainer(cfg, vocab, critic=False)
+    batch = varied_batch(policy, vocab, rows, seq, loss)
+    overhead = {"whole": 1 << 30, "grouped": GROUP_OVERHEAD}
+
+    @contextlib.contextmanager
+    def grouping(name: str):
+        trainer.group_overhead = overhead[name]
+        yield
+
+    logp = {}
+    with torch.no_grad():
+        for name in overhead:
+            with grouping(name):
+                logp[name] = trainer._actor_loss_logp(batch)
+    times = _paired_updates(trainer, batch, ("whole", "grouped"), grouping, repeats)
+    groups = length_groups(batch.lengths.tolist(), GROUP_OVERHEAD)
+    return {
+        "rows": rows,
+        "seq": seq,
+        "loss_fraction": loss,
+        "lengths": batch.lengths.tolist(),
+        "padding_share": 1 - batch.tokens / batch.input_ids.numel(),
+        "group_overhead": GROUP_OVERHEAD,
+        "groups": [len(g) for g in groups],
+        "logp_max_abs_diff": float((logp["whole"] - logp["grouped"]).abs().max()),
+        **_paired_figures(times),
+    }
+
+
 # ---------------------------------------------------------------- memory (child process)
 
 
@@ -350,13 +415,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--skip",
         action="append",
         default=[],
-        choices=("replay", "throughput", "loss_region", "picked_logp", "memory"),
+        choices=("replay", "throughput", "loss_region", "picked_logp", "length_groups", "memory"),
     )
     parser.add_argument(
         "--loss-fraction",
         type=float,
         default=0.35,
-        help="loss_region, picked_logp: share of each row in the loss region (default 0.35)",
+        help="loss_region, picked_logp, length_groups: share of each row in the loss region "
+        "(default 0.35)",
     )
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: run.threads)"
@@ -386,6 +452,10 @@ def main(args: argparse.Namespace) -> int:
         )
     if "picked_logp" not in args.skip:
         result["picked_logp"] = bench_picked_logp(
+            cfg, args.rows, args.seq, args.repeats, args.loss_fraction
+        )
+    if "length_groups" not in args.skip:
+        result["length_groups"] = bench_length_groups(
             cfg, args.rows, args.seq, args.repeats, args.loss_fraction
         )
     if "memory" not in args.skip:

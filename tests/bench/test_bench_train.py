@@ -78,3 +78,26 @@ def test_picked_logp_bench_sees_a_pick_that_changes_the_weights(monkeypatch):
     assert (
         bench_picked_logp(Config(), rows=2, seq=24, repeats=1, loss=0.25)["bit_identical"] is False
     )
+
+
+def test_length_groups_bench_runs_the_batch_whole_and_in_groups(monkeypatch):
+    import t1.train.hf as hf
+    from t1.bench.train import bench_length_groups
+
+    shapes = []  # (rows, length) of every trimmed group the actor ran on
+    real = hf.loss_region_logp
+
+    def region(model, ids, mask):
+        shapes.append(tuple(ids.shape))
+        return real(model, ids, mask)
+
+    monkeypatch.setattr(hf, "loss_region_logp", region)
+    monkeypatch.setattr(hf, "GROUP_OVERHEAD", 8)  # tokens: 6 rows of 24-96 split at this size
+    r = bench_length_groups(Config(), rows=6, seq=96, repeats=2, loss=0.25)
+    assert r["lengths"] == [24, 38, 53, 67, 82, 96] and r["group_overhead"] == 8
+    assert len(r["groups"]) > 1 and sum(r["groups"]) == 6
+    assert abs(r["padding_share"] - (1 - 360 / 576)) < 1e-9
+    # both arms ran: whole batches (6, 96) and trimmed groups of fewer rows
+    assert (6, 96) in shapes and any(rows < 6 and t < 96 for rows, t in shapes)
+    assert r["logp_max_abs_diff"] < 1e-4
+    assert len(r["samples"]["whole"]) == len(r["samples"]["grouped"]) == 2
