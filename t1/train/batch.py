@@ -3,7 +3,7 @@
     from t1.train.batch import Batch, collate
     batch = collate(rows, pad_id=0)        # rows: list of Row (one TITO segment each)
     mb = batch.select([0, 2])              # a minibatch of rows
-    for idx in length_groups(batch.lengths.tolist(), overhead=192):
+    for idx in length_groups(batch.lengths.tolist(), overhead=256):
         part = batch.select(idx)           # rows of like length, trimmed to their longest
 
 Layout (every [B, T] tensor is indexed by stream position):

@@ -226,7 +226,7 @@ class HFTrainer:
         """fn(rows) -> [b, t] with grad, run over the batch's length groups (`length_groups`,
         each group trimmed to its longest row) and put back in row order as [B, T], 0 past a
         group's length. One backward then runs through every group: the loss is the batch's,
-        whatever the loss function, and no activation outlives the step as before."""
+        whatever the loss function; the groups hold no more activations than the whole batch did."""
         groups = length_groups(batch.lengths.tolist(), self.group_overhead)
         if len(groups) == 1:
             return fn(batch)
