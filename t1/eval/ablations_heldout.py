@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from t1.eval.ablations_inputs import AblationError, _need, read_json
-from t1.eval.ablations_rows import ALPHA, NO, NOT_MEASURABLE, YES, _ci, _p, _pct, _row
+from t1.eval.ablations_rows import ALPHA, NO, NOT_MEASURABLE, YES, _ci, _p, _pct, _row, significant
 from t1.eval.stats import intervals_overlap, two_proportion_test
 
 
@@ -77,7 +77,7 @@ def heldout_row(path: str | Path) -> dict[str, Any]:
     intervals = "do not overlap" if not overlap else "overlap"
     if ppo["resolved"] <= sft["resolved"]:
         holds, why = NO, f"PPO not above SFT (the 95% intervals {intervals})"
-    elif test["p"] is None or test["p"] >= ALPHA:
+    elif not significant(test):
         holds, why = NO, f"PPO above SFT, but two-proportion p {_p(test)} >= {ALPHA}"
     else:
         holds = YES

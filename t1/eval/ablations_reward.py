@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from t1.eval.ablations_inputs import AblationError, _need, _num, read_json, step_events
-from t1.eval.ablations_rows import ALPHA, NO, NOT_MEASURABLE, YES, _ci, _p, _pct, _row
+from t1.eval.ablations_rows import ALPHA, NO, NOT_MEASURABLE, YES, _ci, _p, _pct, _row, significant
 from t1.eval.stats import two_proportion_test
 
 
@@ -83,7 +83,7 @@ def reward_row(dense: Path, binary: Path) -> dict[str, Any]:
         holds = NOT_MEASURABLE
         why = f"dense PPO, binary PPO and SFT all resolve {_pct(d['resolved_rate'])}: nothing to order"
     else:
-        binary_above = b["resolved_rate"] > s["resolved_rate"] and _significant(
+        binary_above = b["resolved_rate"] > s["resolved_rate"] and significant(
             tests["binary_vs_sft"]
         )
         dense_above = d["resolved_rate"] > b["resolved_rate"]
@@ -94,7 +94,7 @@ def reward_row(dense: Path, binary: Path) -> dict[str, Any]:
                  binary_above),
                 ("dense PPO not above binary PPO", not dense_above),
                 (f"dense PPO above binary PPO, but p {_p(tests['dense_vs_binary'])} >= {ALPHA}",
-                 dense_above and not _significant(tests["dense_vs_binary"])),
+                 dense_above and not significant(tests["dense_vs_binary"])),
             )
             if fails
         ]  # fmt: skip
@@ -110,10 +110,6 @@ def reward_row(dense: Path, binary: Path) -> dict[str, Any]:
     sources = [str(dense / "ppo" / "steps"), str(binary / "ppo" / "steps"), d["source"],
                b["source"], s["source"]]  # fmt: skip
     return _row("reward", "(d) dense vs binary reward", measured, holds, why, sources, data)
-
-
-def _significant(test: dict[str, Any]) -> bool:
-    return test["p"] is not None and test["p"] < ALPHA
 
 
 def _ev(e: dict[str, Any]) -> str:

@@ -46,6 +46,11 @@ def _p(test: dict[str, Any]) -> str:
     return "undefined" if test["p"] is None else f"{test['p']:.3g}"
 
 
+def significant(test: dict[str, Any]) -> bool:
+    """A two-proportion test's p below ALPHA (an undefined p is not significant)."""
+    return test["p"] is not None and test["p"] < ALPHA
+
+
 def _f(x: float | None, digits: int = 4) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
