@@ -85,18 +85,21 @@ def listening_inodes(pid: int) -> set[str]:
     return out
 
 
-def _holds_any(pid: int, inodes: set[str]) -> bool:
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets `pid` holds open (its /proc/PID/fd links `socket:[N]`)."""
+    out: set[str] = set()
     try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if link.startswith("socket:[") and link[8:-1] in inodes:
-                return True
+        fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
-        pass
-    return False
+        return out
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            out.add(link[8:-1])
+    return out
 
 
 def _freeze(cg: Cgroup, on: bool) -> None:
@@ -130,10 +133,17 @@ def stop_agent(cg: Cgroup | None, launcher_pid: int | None, rounds: int = 200) -
                         break
                 except OSError:
                     continue
-        inodes = set().union(*(listening_inodes(p) for p in inner)) if inner else set()
+        # the socket tables only when a process to stop holds a socket (frozen: none opens one
+        # now). Reading /proc/PID/net/tcp walks the kernel's whole established-socket hash
+        # table whatever the namespace holds: stop_agent took 9.3 ms of host CPU per verifier
+        # run with the reads, 1.0 ms without (LOG.md, 2026-12-07)
+        held = {p: socket_inodes(p) for p in pids - keep}
+        inodes: set[str] = set()
+        if inner and any(held.values()):
+            inodes = set().union(*(listening_inodes(p) for p in inner))
         victims = []
-        for p in pids - keep:
-            if inodes and _holds_any(p, inodes):
+        for p in sorted(held):
+            if held[p] & inodes:
                 st.services.setdefault(p, _cmdline(p))
             else:
                 victims.append(p)
