@@ -24,6 +24,10 @@ def have_bwrap() -> bool:
 
 
 requires_bwrap = pytest.mark.skipif(not have_bwrap(), reason="bubblewrap (bwrap) is not installed")
+requires_root_bwrap = pytest.mark.skipif(
+    os.geteuid() != 0 or not Path("/usr/bin/bwrap").exists(),
+    reason="needs root and bubblewrap (the copy-on-write root mounts overlays)",
+)
 
 
 def slurm_problem() -> str | None:

@@ -8,19 +8,13 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import pytest
+from shared_fixtures import requires_root_bwrap
 
 from t1.sandbox import SandboxSpec, agent_stop, open_sandbox
 
-pytestmark = [pytest.mark.integration]
-
-if os.geteuid() != 0 or not Path("/usr/bin/bwrap").exists():
-    pytest.skip(
-        "needs root and bubblewrap (the copy-on-write root mounts overlays)",
-        allow_module_level=True,
-    )
+pytestmark = [pytest.mark.integration, requires_root_bwrap]
 
 # each runs in the background of the agent's shell and says it is ready by a file in /app
 UNIX_LISTENER = (

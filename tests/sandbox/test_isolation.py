@@ -12,17 +12,12 @@ import threading
 from pathlib import Path
 
 import pytest
+from shared_fixtures import requires_root_bwrap
 
 from t1.sandbox import Limits, SandboxError, SandboxSpec, open_sandbox
 from t1.sandbox.runtime import runtime_root
 
-pytestmark = [pytest.mark.integration]
-
-if os.geteuid() != 0 or not Path("/usr/bin/bwrap").exists():
-    pytest.skip(
-        "needs root and bubblewrap (the copy-on-write root mounts overlays)",
-        allow_module_level=True,
-    )
+pytestmark = [pytest.mark.integration, requires_root_bwrap]
 
 
 def sha(path: Path) -> str:
