@@ -241,3 +241,29 @@ def test_campaign_warm_start_decides_how_the_step_commands_start(driver, monkeyp
     d = driver(True)
     d.warm_up()
     assert not d.warm and "warm start off: 3 Python threads" in capfd.readouterr().out
+
+
+def test_preload_builds_the_conversion_mapping_a_forked_load_reuses(tmp_path, monkeypatch):
+    """`from_pretrained` builds transformers' checkpoint conversion mapping on first use (~1,000
+    regexes, 0.25 s of each forked rollout's and trainer's policy load); after the warm start's
+    build, a load never builds it again: here the builder is made to fail once the cache is
+    warm, and the load still works."""
+    from transformers import conversion_mapping
+
+    from t1.config import ModelConfig
+    from t1.model.policy import build_policy, load_policy, save_policy
+    from t1.run.warm_start import warm_conversion_mapping
+
+    save_policy(build_policy(ModelConfig(layers=1, experts=4), vocab_size=64), tmp_path / "p")
+    monkeypatch.setattr(conversion_mapping, "_checkpoint_conversion_mapping_cache", None)
+    assert warm_conversion_mapping("qwen3_moe")
+
+    def built_again():
+        raise AssertionError("the conversion mapping was built again after the warm start")
+
+    monkeypatch.setattr(conversion_mapping, "_build_checkpoint_conversion_mapping", built_again)
+    assert load_policy(tmp_path / "p").config.model_type == "qwen3_moe"
+    # and without the warm start the load does build it (the check above can fail)
+    monkeypatch.setattr(conversion_mapping, "_checkpoint_conversion_mapping_cache", None)
+    with pytest.raises(AssertionError, match="built again"):
+        load_policy(tmp_path / "p")
