@@ -78,7 +78,8 @@ _RESET = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.
 
 
 def preload(arch: str | None = None, modules: tuple[str, ...] = PRELOAD) -> tuple[int, float]:
-    """Import `modules` (and the causal-LM class of model arch `arch`); (modules new, seconds).
+    """Import `modules` (and the causal-LM class of model arch `arch`, with transformers'
+    checkpoint conversion mapping: `warm_conversion_mapping`); (modules new, seconds).
 
     A module that fails to import is left to the child, which reports it as it always did."""
     t0, before = time.monotonic(), len(sys.modules)
